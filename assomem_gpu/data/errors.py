@@ -1,0 +1,15 @@
+"""The one error type every loader raises on malformed input."""
+from __future__ import annotations
+
+
+class DataFormatError(ValueError):
+    """Malformed input, with the file, the record and the field that are wrong."""
+
+    def __init__(self, path: str, message: str, record: str | int | None = None, field: str | None = None):
+        where = str(path)
+        if record is not None:
+            where += f", record {record}"
+        if field is not None:
+            where += f", field {field!r}"
+        super().__init__(f"{where}: {message}")
+        self.path, self.record, self.field = str(path), record, field

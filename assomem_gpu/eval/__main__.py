@@ -1,0 +1,82 @@
+"""``python -m assomem_gpu.eval``: batch retrieval over a dataset split, metrics table, JSON results, ranking export."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..data import load_dataset
+from ..encode import DEFAULT_MODEL, make_encoder
+from ..retrieve import METHODS, EmbeddedDataset, make_method
+from .metrics import DEFAULT_KS
+from .report import print_report
+from .runner import evaluate, write_rankings
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m assomem_gpu.eval", description=__doc__)
+    p.add_argument("--dataset", required=True, help="<format>:<path>, format one of longmemeval, locomo, meetingqa, jsonl")
+    p.add_argument("--method", default="flat-dense", help=f"one or more of {', '.join(METHODS)}, comma-separated")
+    p.add_argument("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="cut-offs for the metrics")
+    p.add_argument("--limit", type=int, help="evaluate a seeded random sample of this many questions")
+    p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions")
+    p.add_argument("--haystack-sessions", type=int, help="grow every LongMemEval haystack to this many sessions")
+    p.add_argument("--rankings", help="write the rankings here as JSON Lines (one method only)")
+    p.add_argument("--depth", type=int, default=100, help="ranking length kept and exported (at least 50)")
+    p.add_argument("--output", help="write results as JSON here")
+    p.add_argument("--encoder", default=DEFAULT_MODEL, help="sentence-embedding model id or local path ('hashing' for tests)")
+    p.add_argument("--batch-size", type=int, default=64, help="questions per retrieval batch")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    args.methods = [m.strip() for m in args.method.split(",") if m.strip()]
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown or not args.methods:
+        p.error(f"unknown method {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}")
+    if args.rankings and len(args.methods) > 1:
+        p.error("--rankings takes one --method")
+    if any(k < 1 for k in args.k):
+        p.error("--k values must be positive")
+    if args.depth < 1 or args.batch_size < 1:
+        p.error("--depth and --batch-size must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    load_s = time.perf_counter() - t0
+    encoder = make_encoder(args.encoder)
+    encoder.progress = not args.quiet
+    t1 = time.perf_counter()
+    data = EmbeddedDataset.build(ds, encoder)
+    encode_s = time.perf_counter() - t1
+    results = [evaluate(data, make_method(m), args.k, depth=args.depth, batch_size=args.batch_size,
+                        progress=not args.quiet) for m in args.methods]
+    if args.rankings:
+        write_rankings(args.rankings, data, results[0].rankings)
+    report = {
+        "dataset": args.dataset, "n_questions": len(ds.questions),
+        "n_evaluated": sum(len(q.evidence) > 0 for q in ds.questions),
+        "sessions": ds.bank.n_sessions, "utterances": ds.bank.n_utterances,
+        "haystack_sessions": args.haystack_sessions, "limit": args.limit, "seed": args.seed, "ks": args.k,
+        "encoder": encoder.name, "encoded_texts": encoder.encoded,
+        "timing": {"load_s": round(load_s, 3), "encode_s": round(encode_s, 3),
+                   "total_s": round(time.perf_counter() - t0, 3)},
+        "results": {r.method: r.to_json() for r in results},
+    }
+    print_report(report)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

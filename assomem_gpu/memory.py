@@ -1,0 +1,138 @@
+"""The columnar memory model.
+
+A ``Dataset`` is one pool of distinct sessions (``MemoryBank``), the memories that questions ask (``Memory``: a view
+listing sessions of the pool with the dates they carry in that memory) and the questions. Utterances are rows of the
+bank's arrays; everything downstream addresses them by row index, and only exports turn rows back into ids.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    text: str
+    date: float  # POSIX seconds (UTC); NaN when unknown
+    type: str | None
+    evidence: np.ndarray  # bank utterance rows that answer it (int64, sorted)
+    memory: int  # index into Dataset.memories
+    answer: str | None = None
+    abstention: bool = False  # LongMemEval '_abs' questions: the answer is not in the memory
+    evidence_sessions: np.ndarray | None = None  # bank session rows labelled as evidence, when the data says so
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The sessions one question (or a group of questions) can search, with their dates in this memory."""
+
+    sessions: np.ndarray  # bank session rows (int64)
+    dates: np.ndarray  # float64 POSIX seconds per listed session; NaN when unknown
+
+
+@dataclass
+class MemoryBank:
+    """Distinct sessions and their utterances, stored column-wise. Session ``s`` owns rows ``offsets[s]:offsets[s+1]``."""
+
+    session_ids: list[str] = field(default_factory=list)
+    session_dates: list[float] = field(default_factory=list)  # the date a session was first seen with
+    offsets: list[int] = field(default_factory=lambda: [0])
+    utt_ids: list[str] = field(default_factory=list)
+    utt_speakers: list[str] = field(default_factory=list)
+    utt_texts: list[str] = field(default_factory=list)
+    _by_id: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_sessions(self) -> int:
+        return len(self.session_ids)
+
+    @property
+    def n_utterances(self) -> int:
+        return len(self.utt_ids)
+
+    def session_index(self, session_id: str) -> int | None:
+        return self._by_id.get(session_id)
+
+    def add_session(self, session_id: str, date: float, turns: Sequence[tuple[str, str, str]]) -> int:
+        """Add a session of ``(utterance_id, speaker, text)`` turns, or return the row of an identical one already held.
+
+        Raises ``ValueError`` when a session with this id but other content exists.
+        """
+        known = self._by_id.get(session_id)
+        if known is not None:
+            lo, hi = self.offsets[known], self.offsets[known + 1]
+            held = list(zip(self.utt_ids[lo:hi], self.utt_speakers[lo:hi], self.utt_texts[lo:hi]))
+            if held != [tuple(t) for t in turns]:
+                raise ValueError(f"session {session_id!r} appears twice with different content")
+            return known
+        row = len(self.session_ids)
+        self._by_id[session_id] = row
+        self.session_ids.append(session_id)
+        self.session_dates.append(date)
+        for utt_id, speaker, text in turns:
+            self.utt_ids.append(utt_id)
+            self.utt_speakers.append(speaker)
+            self.utt_texts.append(text)
+        self.offsets.append(len(self.utt_ids))
+        return row
+
+    def utt_session(self) -> np.ndarray:
+        """Session row of every utterance (int64)."""
+        off = np.asarray(self.offsets)
+        return np.repeat(np.arange(self.n_sessions), np.diff(off))
+
+    def encoded_texts(self) -> list[str]:
+        """The text each utterance is embedded as: ``"<speaker>: <text>"``, or the bare text without a speaker."""
+        return [f"{s}: {t}" if s else t for s, t in zip(self.utt_speakers, self.utt_texts)]
+
+    def session_utterances(self, sessions: Iterable[int]) -> np.ndarray:
+        """Utterance rows of the given sessions, in session then turn order."""
+        off = np.asarray(self.offsets)
+        parts = [np.arange(off[s], off[s + 1]) for s in sessions]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+@dataclass
+class Dataset:
+    name: str
+    bank: MemoryBank
+    memories: list[Memory]
+    questions: list[Question]
+
+    def memory_utterances(self, memory: int) -> np.ndarray:
+        return self.bank.session_utterances(self.memories[memory].sessions)
+
+    def utterance_times(self, memory: int) -> np.ndarray:
+        """Per utterance of ``memory_utterances(memory)``: its session's date in that memory."""
+        mem = self.memories[memory]
+        counts = np.diff(np.asarray(self.bank.offsets))[mem.sessions]
+        return np.repeat(mem.dates, counts)
+
+    def subset(self, question_rows: Sequence[int]) -> "Dataset":
+        """A compact dataset holding only these questions and the sessions their memories reach."""
+        rows = list(question_rows)
+        mem_rows = sorted({self.questions[q].memory for q in rows})
+        keep = np.unique(np.concatenate([self.memories[m].sessions for m in mem_rows])) if mem_rows else np.zeros(0, int)
+        bank, sess_map, utt_map = MemoryBank(), np.full(self.bank.n_sessions, -1), np.full(self.bank.n_utterances, -1)
+        old = self.bank
+        for s in keep:
+            lo, hi = old.offsets[s], old.offsets[s + 1]
+            sess_map[s] = bank.add_session(old.session_ids[s], old.session_dates[s],
+                                           list(zip(old.utt_ids[lo:hi], old.utt_speakers[lo:hi], old.utt_texts[lo:hi])))
+            utt_map[lo:hi] = np.arange(bank.offsets[-2], bank.offsets[-1])
+        mem_map = {m: i for i, m in enumerate(mem_rows)}
+        memories = [Memory(sess_map[self.memories[m].sessions], self.memories[m].dates) for m in mem_rows]
+        questions = [replace(self.questions[q], evidence=np.sort(utt_map[self.questions[q].evidence]),
+                             memory=mem_map[self.questions[q].memory],
+                             evidence_sessions=None if self.questions[q].evidence_sessions is None
+                             else _mapped(sess_map, self.questions[q].evidence_sessions)) for q in rows]
+        return Dataset(self.name, bank, memories, questions)
+
+
+
+def _mapped(mapping: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    new = mapping[rows]
+    return np.sort(new[new >= 0])
