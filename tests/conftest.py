@@ -1,0 +1,142 @@
+"""Shared fixtures: small hand-written datasets in every supported format, and an isolated embedding cache."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    """Each test gets its own embedding cache folder, so no test reads vectors another one wrote."""
+    monkeypatch.setenv("ASSOMEM_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def lme_item(qid, question, sessions, dates, qtype="single-session-user", qdate="2023/05/30 (Tue) 20:36", answer="x"):
+    """A LongMemEval question; ``sessions`` maps session id -> list of (role, content, has_answer)."""
+    return {
+        "question_id": qid, "question_type": qtype, "question": question, "question_date": qdate, "answer": answer,
+        "answer_session_ids": [s for s, turns in sessions.items() if any(h for _, _, h in turns)],
+        "haystack_dates": dates, "haystack_session_ids": list(sessions),
+        "haystack_sessions": [[{"role": r, "content": c, **({"has_answer": True} if h else {})} for r, c, h in turns]
+                              for turns in sessions.values()],
+    }
+
+
+@pytest.fixture
+def lme_items():
+    shared = [("user", "I adopted a beagle puppy named Max last week.", False),
+              ("assistant", "Congratulations on Max! Beagles are energetic.", False)]
+    return [
+        lme_item("q1", "How long is my daily commute?", {
+            "answer_s1": [("user", "My daily commute to work takes 45 minutes each way.", True),
+                          ("assistant", "That is a long commute; podcasts can help.", False)],
+            "shared_dog": shared,
+            "noise_a": [("user", "Give me a recipe for banana bread.", False),
+                        ("assistant", "Mix flour, bananas, sugar and eggs, then bake.", False)],
+        }, ["2023/05/20 (Sat) 03:29", "2023/05/21 (Sun) 10:00", "2023/05/22 (Mon) 11:00"]),
+        lme_item("q2", "What is the name of my dog?", {
+            "shared_dog": shared,
+            "answer_s2": [("user", "Max loves the park near my house.", True)],
+            "noise_b": [("user", "How do I change a bike tire?", False)],
+        }, ["2023/03/01 (Wed) 09:00", "2023/03/02 (Thu) 09:00", "2023/03/03 (Fri) 09:00"], qtype="multi-session"),
+        lme_item("q3_abs", "What colour is my car?", {
+            "answer_s3_abs": [("user", "I am thinking about buying a car.", False)],
+            "noise_c": [("user", "Tell me a joke about cats.", False)],
+        }, ["2023/01/01 (Sun) 09:00", "2023/01/05 (Thu) 09:00"]),
+    ]
+
+
+@pytest.fixture
+def lme_file(tmp_path, lme_items):
+    path = tmp_path / "lme.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        json.dump(lme_items, fh)
+    return path
+
+
+@pytest.fixture
+def locomo_samples():
+    def turns(prefix, texts, speakers=("Caroline", "Melanie")):
+        return [{"speaker": speakers[i % 2], "dia_id": f"{prefix}:{i + 1}", "text": t} for i, t in enumerate(texts)]
+
+    conv = {"speaker_a": "Caroline", "speaker_b": "Melanie",
+            "session_1": turns("D1", ["I went to a pottery class yesterday.", "Nice! What did you make?",
+                                      "A blue bowl for my mother."]),
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_2": turns("D2", ["We are going camping in June.", "Bring a warm sleeping bag."]),
+            "session_2_date_time": "10:37 am on 27 June, 2023",
+            "session_10": turns("D10", ["I started learning the violin."]),
+            "session_10_date_time": "8:00 pm on 1 August, 2023"}
+    qa = [{"question": "What did Caroline make in pottery class?", "answer": "A blue bowl", "evidence": ["D1:1; D1:3"],
+           "category": 1},
+          {"question": "When is the camping trip?", "answer": "June", "evidence": ["D2:1, D9:9"], "category": 2},
+          {"question": "What instrument does Melanie play?", "adversarial_answer": "violin", "evidence": ["D10:1 D1:2"],
+           "category": 5},
+          {"question": "What is Caroline's favourite food?", "answer": "unknown", "evidence": [], "category": 3}]
+    other = {"speaker_a": "Ann", "speaker_b": "Bob",
+             "session_1": turns("D1", ["Ann here, I love jazz.", "Bob likes rock."], ("Ann", "Bob")),
+             "session_1_date_time": "9:00 am on 1 January, 2022"}
+    return [{"sample_id": "conv-1", "conversation": conv, "qa": qa},
+            {"sample_id": "conv-2", "conversation": other,
+             "qa": [{"question": "What music does Ann love?", "answer": "jazz", "evidence": ["D1:1"], "category": 1}]}]
+
+
+@pytest.fixture
+def locomo_file(tmp_path, locomo_samples):
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(locomo_samples))
+    return path
+
+
+@pytest.fixture
+def meetingqa_doc():
+    def entry(eid, session, speaker, text, qa=None):
+        e = {"session_id": session, "entry_id": eid, "transcript_message": text, "speaker_id": speaker,
+             "metadata": {"queries": "[]"}}
+        if qa:
+            e["qa_pairs"] = [{"question": q, "answer": a} for q, a in qa]
+        return e
+
+    return {"dataset_name": "t", "dataset_type": "voice_memo", "description": "t", "entries": [
+        entry("m1_000", "meeting_a", "Lily", "Let's review the Aurora CRM rollout.", [("Which CRM is rolled out?", "Aurora")]),
+        entry("m1_001", "meeting_a", "Sam", "The budget for Aurora is forty thousand dollars.",
+              [("What is the Aurora budget?", "40k"), ("How much does Aurora cost?", "40k")]),
+        entry("m1_002", "meeting_a", "Lily", "Sounds good."),
+        entry("m2_000", "meeting_b", "Mei", "Sounds good."),
+        entry("m2_001", "meeting_b", "Ravi", "Flux reduced our invoice processing time by half.",
+              [("What did Flux reduce?", "invoice processing time")]),
+        entry("m2_002", "meeting_b", "Mei", "Let's review the Aurora CRM rollout."),
+    ]}
+
+
+@pytest.fixture
+def meetingqa_file(tmp_path, meetingqa_doc):
+    path = tmp_path / "meeting_qa_raw.json"
+    path.write_text(json.dumps(meetingqa_doc))
+    return path
+
+
+@pytest.fixture
+def jsonl_file(tmp_path):
+    lines = [
+        {"type": "session", "id": "s1", "date": "2024-03-01T10:00", "memory": "alice", "utterances": [
+            {"speaker": "Alice", "text": "I booked flights to Lisbon for April."},
+            {"speaker": "Bot", "text": "Lisbon is lovely in spring."}]},
+        {"type": "session", "id": "s2", "date": "2024-03-05", "memory": "alice", "utterances": [
+            {"id": "s2-a", "speaker": "Alice", "text": "My sister Jane starts a new job at the bakery."}]},
+        {"type": "session", "id": "s3", "memory": "bob", "utterances": [{"text": "Bob plays chess on Sundays."}]},
+        {"type": "question", "id": "q1", "text": "Where am I flying in April?", "memory": "alice", "date": "2024-03-09",
+         "question_type": "single-session-user", "evidence": ["s1:0"], "answer": "Lisbon"},
+        {"type": "question", "id": "q2", "text": "Where does Jane work?", "memory": "alice", "evidence": ["s2-a"]},
+        {"type": "question", "id": "q3", "text": "When does Bob play chess?", "memory": "bob", "evidence": ["s3:0"]},
+        {"type": "question", "id": "q4", "text": "What is my favourite colour?", "memory": "bob"},
+    ]
+    path = tmp_path / "mem.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path

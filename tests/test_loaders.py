@@ -1,0 +1,205 @@
+import gzip
+import json
+import math
+
+import numpy as np
+import pytest
+
+from assomem_gpu.data import DataFormatError, expand_haystacks, load_dataset
+from assomem_gpu.timeparse import format_timestamp
+
+from conftest import lme_item
+
+
+def ids(ds, rows):
+    return [ds.bank.utt_ids[i] for i in rows]
+
+
+def test_longmemeval_ids_evidence_and_pooled_sessions(lme_file):
+    ds = load_dataset(f"longmemeval:{lme_file}")
+    assert [q.id for q in ds.questions] == ["q1", "q2", "q3_abs"]
+    assert ds.bank.n_sessions == 7  # shared_dog is stored once although two haystacks hold it
+    q1, q2, q3 = ds.questions
+    assert ids(ds, q1.evidence) == ["answer_s1:0"]
+    assert ids(ds, q2.evidence) == ["answer_s2:0"]
+    assert len(q3.evidence) == 0 and q3.abstention and not q1.abstention
+    assert q2.type == "multi-session" and q1.answer == "x"
+    assert ds.bank.utt_speakers[:2] == ["user", "assistant"]
+    assert ds.bank.encoded_texts()[0] == "user: My daily commute to work takes 45 minutes each way."
+    # the shared session carries a different date in each haystack
+    dog = ds.bank.session_index("shared_dog")
+    d1 = ds.memories[0].dates[list(ds.memories[0].sessions).index(dog)]
+    d2 = ds.memories[1].dates[list(ds.memories[1].sessions).index(dog)]
+    assert format_timestamp(d1) == "2023-05-21T10:00:00" and format_timestamp(d2) == "2023-03-01T09:00:00"
+    assert format_timestamp(q1.date) == "2023-05-30T20:36:00"
+    assert ids(ds, ds.memory_utterances(1)) == ["shared_dog:0", "shared_dog:1", "answer_s2:0", "noise_b:0"]
+    assert [format_timestamp(t) for t in ds.utterance_times(1)][:3] == ["2023-03-01T09:00:00"] * 2 + ["2023-03-02T09:00:00"]
+
+
+def test_longmemeval_plain_json(tmp_path, lme_items):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(lme_items))
+    assert len(load_dataset(f"longmemeval:{path}").questions) == 3
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda items: {"not": "a list"}, "expected a JSON list"),
+    (lambda items: [{**items[0], "question": 5}], "record 0 (q1), field 'question': expected str"),
+    (lambda items: [{k: v for k, v in items[0].items() if k != "haystack_sessions"}], "field 'haystack_sessions': missing"),
+    (lambda items: [{**items[0], "haystack_dates": items[0]["haystack_dates"][:1]}], "differ in length"),
+    (lambda items: [{**items[0], "haystack_dates": ["not a date"] * 3}], "field 'haystack_dates': not an absolute date"),
+    (lambda items: [items[0], {**items[0], "question_id": "q9",
+                               "haystack_sessions": [[{"role": "user", "content": "changed"}]] * 3}],
+     "appears twice with different content"),
+    (lambda items: [items[0], items[0]], "duplicate question_id"),
+    (lambda items: [{**items[0], "haystack_sessions": [[{"role": "user"}]] * 3}], "turn 0, field 'content': missing"),
+])
+def test_longmemeval_broken_inputs_name_the_problem(tmp_path, lme_items, breakage, message):
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(breakage(lme_items)))
+    with pytest.raises(DataFormatError, match="broken.json") as err:
+        load_dataset(f"longmemeval:{path}")
+    assert message in str(err.value)
+
+
+def test_unreadable_files(tmp_path):
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"not gzip")
+    with pytest.raises(DataFormatError, match="not valid JSON"):
+        load_dataset(f"longmemeval:{bad}")
+    with pytest.raises(DataFormatError, match="no such file"):
+        load_dataset(f"meetingqa:{tmp_path / 'missing.json'}")
+    with pytest.raises(ValueError, match="format one of"):
+        load_dataset(f"parquet:{bad}")
+
+
+def test_locomo(locomo_file):
+    ds = load_dataset(f"locomo:{locomo_file}")
+    assert [q.id for q in ds.questions] == ["conv-1:0", "conv-1:1", "conv-1:2", "conv-1:3", "conv-2:0"]
+    q = ds.questions
+    assert ids(ds, q[0].evidence) == ["D1:1", "D1:3"]  # "D1:1; D1:3" split
+    assert ids(ds, q[1].evidence) == ["D2:1"]  # D9:9 does not exist: dropped
+    assert ids(ds, q[2].evidence) == ["D1:2", "D10:1"]  # space-joined, sorted by row
+    assert q[2].answer == "violin" and q[2].type == "category-5"
+    assert len(q[3].evidence) == 0
+    # sessions in numeric order (session_10 after session_2), one memory per conversation
+    assert [ds.bank.session_ids[s] for s in ds.memories[0].sessions] == ["conv-1:session_1", "conv-1:session_2",
+                                                                        "conv-1:session_10"]
+    assert format_timestamp(ds.memories[0].dates[0]) == "2023-05-08T13:56:00"
+    assert format_timestamp(q[0].date) == "2023-08-01T20:00:00"  # asked after the last session
+    # dia ids repeat across conversations; evidence resolves inside the question's own conversation
+    assert ids(ds, q[4].evidence) == ["D1:1"] and ds.bank.utt_texts[q[4].evidence[0]] == "Ann here, I love jazz."
+    assert ds.bank.encoded_texts()[0] == "Caroline: I went to a pottery class yesterday."
+
+
+def test_locomo_broken(tmp_path, locomo_samples):
+    locomo_samples[0]["conversation"]["session_2"][1]["dia_id"] = "D2:1"
+    path = tmp_path / "lc.json"
+    path.write_text(json.dumps(locomo_samples))
+    with pytest.raises(DataFormatError, match=r"record 0 \(conv-1\), session_2\[1\], field 'dia_id': duplicate"):
+        load_dataset(f"locomo:{path}")
+    locomo_samples[0]["conversation"]["session_2"][1]["dia_id"] = "D2:2"
+    locomo_samples[1]["qa"][0]["evidence"] = [7]
+    path.write_text(json.dumps(locomo_samples))
+    with pytest.raises(DataFormatError, match="evidence entries must be strings"):
+        load_dataset(f"locomo:{path}")
+
+
+def test_meetingqa(meetingqa_file):
+    ds = load_dataset(f"meetingqa:{meetingqa_file}")
+    assert [q.id for q in ds.questions] == ["mqa:0", "mqa:1", "mqa:2", "mqa:3"]
+    assert len(ds.memories) == 1 and ds.bank.n_sessions == 2
+    assert ids(ds, ds.questions[0].evidence) == ["m1_000", "m2_002"]  # the exact duplicate counts too
+    assert ids(ds, ds.questions[2].evidence) == ["m1_001"]
+    assert ds.questions[3].answer == "invoice processing time"
+    assert all(q.type is None and math.isnan(q.date) for q in ds.questions)
+    assert ds.bank.encoded_texts()[1] == "Sam: The budget for Aurora is forty thousand dollars."
+
+
+def test_meetingqa_broken(tmp_path, meetingqa_doc):
+    meetingqa_doc["entries"][2]["transcript_message"] = None
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(meetingqa_doc))
+    with pytest.raises(DataFormatError, match=r"entries\[2\], field 'transcript_message': missing"):
+        load_dataset(f"meetingqa:{path}")
+
+
+def test_jsonl(jsonl_file, tmp_path):
+    ds = load_dataset(f"jsonl:{jsonl_file}")
+    assert [q.id for q in ds.questions] == ["q1", "q2", "q3", "q4"]
+    assert len(ds.memories) == 2
+    assert ids(ds, ds.memory_utterances(ds.questions[0].memory)) == ["s1:0", "s1:1", "s2-a"]
+    assert ids(ds, ds.questions[1].evidence) == ["s2-a"] and len(ds.questions[3].evidence) == 0
+    assert format_timestamp(ds.questions[0].date) == "2024-03-09T00:00:00" and math.isnan(ds.questions[1].date)
+    assert ds.bank.encoded_texts()[-1] == "Bob plays chess on Sundays."  # no speaker: bare text
+    # the single-object JSON form reads the same
+    rows = [json.loads(x) for x in jsonl_file.read_text().splitlines()]
+    doc = {"sessions": [r for r in rows if r.pop("type") == "session"], "questions": [r for r in rows if "text" in r]}
+    path = tmp_path / "mem.json"
+    path.write_text(json.dumps(doc))
+    same = load_dataset(f"jsonl:{path}")
+    assert same.bank.utt_ids == ds.bank.utt_ids and [q.id for q in same.questions] == ["q1", "q2", "q3", "q4"]
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"type": "question", "id": "x", "text": "?", "memory": "alice", "evidence": ["nope"]}', "evidence id 'nope'"),
+    ('{"type": "session", "id": "s1", "utterances": []}', "session id 's1' is used twice"),
+    ('{"type": "note"}', "type must be 'session' or 'question'"),
+    ('{"type": "session", "id": "s9", "memory": "alice", "utterances": [{"id": "s2-a", "text": "x"}]}',
+     "utterance id 's2-a' is used twice"),
+    ('{"type": "question", "id": "q1", "text": "again", "memory": "alice"}', "question id 'q1' is used twice"),
+    ('{"type": "question", "id": "z", "text": "?", "memory": "carol"}', "memory 'carol' has no sessions"),
+    ("{broken", "line 8: not valid JSON"),
+])
+def test_jsonl_broken(jsonl_file, line, message):
+    jsonl_file.write_text(jsonl_file.read_text() + line + "\n")
+    with pytest.raises(DataFormatError, match="mem.jsonl") as err:
+        load_dataset(f"jsonl:{jsonl_file}")
+    assert message in str(err.value)
+
+
+def _many_sessions_file(tmp_path, n_questions=6, per=4):
+    items = []
+    for q in range(n_questions):
+        sessions = {f"answer_{q}": [("user", f"evidence {q}", True)]}
+        sessions.update({f"d{q}_{j}": [("user", f"filler {q} {j}", False)] for j in range(per - 1)})
+        dates = [f"2023/0{1 + q % 8}/{10 + j:02d} (Mon) 10:00" for j in range(per)]
+        items.append(lme_item(f"q{q}", f"question {q}", sessions, dates))
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(items))
+    return path
+
+
+def test_haystack_expansion(tmp_path):
+    path = _many_sessions_file(tmp_path)
+    ds = load_dataset(f"longmemeval:{path}")
+    big = expand_haystacks(ds, 12, seed=3)
+    evidence_sessions = {s for q in ds.questions for s in q.evidence_sessions}
+    for mem, small in zip(big.memories, ds.memories):
+        assert len(mem.sessions) == 12 and len(set(mem.sessions)) == 12
+        assert set(small.sessions) <= set(mem.sessions)
+        extra = set(mem.sessions) - set(small.sessions)
+        assert not extra & evidence_sessions
+        assert small.dates.min() <= mem.dates.min() and mem.dates.max() <= small.dates.max()
+        assert np.all(np.diff(mem.dates) >= 0)  # ordered by date
+    again = expand_haystacks(ds, 12, seed=3)
+    other = expand_haystacks(ds, 12, seed=4)
+    assert all(np.array_equal(a.sessions, b.sessions) for a, b in zip(big.memories, again.memories))
+    assert any(not np.array_equal(a.sessions, b.sessions) for a, b in zip(big.memories, other.memories))
+    with pytest.raises(ValueError, match="distractor sessions available"):
+        expand_haystacks(ds, 40)
+
+
+def test_limit_subset_keeps_haystacks_and_ids(tmp_path):
+    path = _many_sessions_file(tmp_path)
+    full = load_dataset(f"longmemeval:{path}", haystack_sessions=10, seed=1)
+    part = load_dataset(f"longmemeval:{path}", haystack_sessions=10, seed=1, limit=2)
+    assert len(part.questions) == 2
+    for q in part.questions:
+        f = next(x for x in full.questions if x.id == q.id)
+        assert ids(part, part.memory_utterances(q.memory)) == ids(full, full.memory_utterances(f.memory))
+        assert ids(part, q.evidence) == ids(full, f.evidence)
+        assert np.array_equal(part.memories[q.memory].dates, full.memories[f.memory].dates)
+    assert part.bank.n_sessions <= 20  # compact: only reachable sessions
+    with pytest.raises(ValueError, match="limit must be positive"):
+        load_dataset(f"longmemeval:{path}", limit=0)
