@@ -7,9 +7,14 @@ import sys
 import time
 from pathlib import Path
 
+from ..assomem import HYBRID_BASELINES, make_assomem
+from ..cli_options import add_assomem_options, config_from_options
 from ..data import load_dataset
 from ..encode import DEFAULT_MODEL, make_encoder
+from ..fusion import fixed_weights, load_weights
 from ..retrieve import METHODS, EmbeddedDataset, make_method
+
+ALL_METHODS = [*METHODS, *HYBRID_BASELINES, "assomem"]
 from .metrics import DEFAULT_KS
 from .report import print_report
 from .runner import evaluate, write_rankings
@@ -18,7 +23,7 @@ from .runner import evaluate, write_rankings
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.eval", description=__doc__)
     p.add_argument("--dataset", required=True, help="<format>:<path>, format one of longmemeval, locomo, meetingqa, jsonl")
-    p.add_argument("--method", default="flat-dense", help=f"one or more of {', '.join(METHODS)}, comma-separated")
+    p.add_argument("--method", default="flat-dense", help=f"one or more of {', '.join(ALL_METHODS)}, comma-separated")
     p.add_argument("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="cut-offs for the metrics")
     p.add_argument("--limit", type=int, help="evaluate a seeded random sample of this many questions")
     p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions")
@@ -28,12 +33,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", help="write results as JSON here")
     p.add_argument("--encoder", default=DEFAULT_MODEL, help="sentence-embedding model id or local path ('hashing' for tests)")
     p.add_argument("--batch-size", type=int, default=64, help="questions per retrieval batch")
+    p.add_argument("--plot", help="write R@k curves and R@10 per question type here (PNG)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_assomem_options(p)
     args = p.parse_args(argv)
     args.methods = [m.strip() for m in args.method.split(",") if m.strip()]
-    unknown = [m for m in args.methods if m not in METHODS]
+    unknown = [m for m in args.methods if m not in ALL_METHODS]
     if unknown or not args.methods:
-        p.error(f"unknown method {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}")
+        p.error(f"unknown method {', '.join(unknown) or '(none)'}; choose from {', '.join(ALL_METHODS)}")
     if args.rankings and len(args.methods) > 1:
         p.error("--rankings takes one --method")
     if any(k < 1 for k in args.k):
@@ -43,22 +50,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def build_methods(args: argparse.Namespace, encoder) -> list:
+    """The methods named by ``--method``; AssoMem configured by the options or a weights file."""
+    fusion, base = None, None
+    if args.weights:
+        fusion, saved = load_weights(args.weights)
+        from ..assomem import AssoMemConfig
+
+        base = AssoMemConfig.from_json(saved)
+    config = config_from_options(args, base)
+    if fusion is not None and list(config.signals) != fusion.signals:
+        fusion = _restrict(fusion, config.signals)
+    if args.fixed_weights:
+        fusion = fixed_weights(config.signals)
+    return [make_method(m) if m in METHODS else make_assomem(m, config, encoder, fusion) for m in args.methods]
+
+
+def _restrict(fusion, signals):
+    """A saved fusion model limited to the signals an ablation keeps."""
+    keep = [fusion.signals.index(s) for s in signals]
+    from dataclasses import replace
+
+    return replace(fusion, signals=list(signals), cmi=fusion.cmi[:, keep])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
     try:
         ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
-    except (ValueError, OSError) as exc:
+        encoder = make_encoder(args.encoder)
+        methods = build_methods(args, encoder)
+    except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     load_s = time.perf_counter() - t0
-    encoder = make_encoder(args.encoder)
     encoder.progress = not args.quiet
     t1 = time.perf_counter()
     data = EmbeddedDataset.build(ds, encoder)
     encode_s = time.perf_counter() - t1
-    results = [evaluate(data, make_method(m), args.k, depth=args.depth, batch_size=args.batch_size,
-                        progress=not args.quiet) for m in args.methods]
+    results = [evaluate(data, m, args.k, depth=args.depth, batch_size=args.batch_size, progress=not args.quiet,
+                        folds=args.folds, seed=args.seed) for m in methods]
     if args.rankings:
         write_rankings(args.rankings, data, results[0].rankings)
     report = {

@@ -30,17 +30,25 @@ class EvalResult:
 
 
 def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: int = 100, batch_size: int = 64,
-             progress: bool = True) -> EvalResult:
-    """Rank every question of ``data`` with ``method`` in batches and score the rankings."""
+             progress: bool = True, folds: int = 5, seed: int = 0) -> EvalResult:
+    """Rank every question of ``data`` with ``method`` in batches and score the rankings.
+
+    A method that needs calibration (AssoMem without saved weights) is cross-validated over ``folds`` folds.
+    """
     from tqdm.auto import tqdm
 
     ds = data.dataset
     depth = max(depth, EXPORT_MIN_DEPTH, *ks)
     rankings: list[np.ndarray] = []
     start = time.perf_counter()
-    rows = range(len(ds.questions))
-    for lo in tqdm(range(0, len(rows), batch_size), desc=method.name, unit="batch", disable=not progress):
-        rankings += method.rank(data, list(rows[lo : lo + batch_size]), depth)
+    rows = list(range(len(ds.questions)))
+    if getattr(method, "needs_calibration", False):
+        from ..calibrate import cross_validated_rankings
+
+        rankings = cross_validated_rankings(method, data, rows, folds, depth, seed, batch_size, progress)
+    else:
+        for lo in tqdm(range(0, len(rows), batch_size), desc=method.name, unit="batch", disable=not progress):
+            rankings += method.rank(data, rows[lo : lo + batch_size], depth)
     retrieve_s = time.perf_counter() - start
     utt_session = ds.bank.utt_session()
     per_question, typed, session_typed = [], [], []

@@ -1,0 +1,253 @@
+"""The AssoMem retriever: associative graph, two-step candidates, RIT(+lexical) signals, CMI-weighted fusion.
+
+``features`` computes every question's candidates and normalised signals in batches (this does not depend on the
+fusion weights, so calibration and cross-validation reuse it); ``fuse`` turns features and weights into rankings.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+
+from .clues import clue_embeddings, keyword_clues
+from .encode import Encoder
+from .fusion import FusionModel, fit_fusion, fixed_weights
+from .graph import GraphConfig, MemoryGraph, build_graph
+from .retrieve import EmbeddedDataset, by_memory, top_k
+from .signals.importance import personalized_pagerank, stack_block_diagonal, teleport
+from .signals.lexical import BM25Index
+from .signals.temporal import TimeConstraint, mentions_time, parse_constraint, temporal_scores, windows
+
+SIGNALS = ("relevance", "importance", "temporal", "lexical")
+
+
+@dataclass(frozen=True)
+class AssoMemConfig:
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    signals: tuple[str, ...] = SIGNALS
+    clue_mode: str = "keywords"
+    clues: bool = True  # False (--no-clues): no clue nodes, every utterance of the memory is a candidate
+    top_clues: int = 5  # K of the two-step retrieval
+    min_candidates: int = 50  # more clues are taken, best first, until the candidates reach this many
+    clue_mix: float = 0.5  # clue score = mix·cos(q, clue) + (1 − mix)·max cos(q, utterance of the clue)
+    damping: float = 0.85  # d of eq. 2
+    tol: float = 1e-6
+    max_iter: int = 100
+    temperature: float = 1.0  # T of the per-signal softmax over a question's candidates
+    weight_temperature: float = 0.01  # T of softmax(CMI / T) (CMI is in nats, typically 1e-3 … 1e-1)
+    bins: int = 3
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["signals"] = list(self.signals)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "AssoMemConfig":
+        obj = dict(obj)
+        graph = GraphConfig(**obj.pop("graph", {}))
+        return cls(graph=graph, signals=tuple(obj.pop("signals", SIGNALS)), **obj)
+
+
+@dataclass
+class Features:
+    """One question's candidates (bank rows) with their z-scored signals, and the rest of its memory by relevance."""
+
+    candidates: np.ndarray
+    scores: np.ndarray  # (n_candidates, n_signals)
+    active: np.ndarray  # (n_signals,) bool: signals this question has
+    rest: np.ndarray
+
+
+def zscore(x: np.ndarray) -> np.ndarray:
+    sd = x.std()
+    return (x - x.mean()) / sd if sd > 1e-12 else np.zeros_like(x)
+
+
+def softmax(x: np.ndarray, temperature: float, axis: int = 0) -> np.ndarray:
+    z = x / temperature
+    z = np.exp(z - z.max(axis=axis, keepdims=True))
+    return z / z.sum(axis=axis, keepdims=True)
+
+
+class AssoMem:
+    """``assomem`` and, with other configs, the paper's hybrid baselines (see ``HYBRID_BASELINES``)."""
+
+    def __init__(self, config: AssoMemConfig = AssoMemConfig(), fusion: FusionModel | None = None,
+                 encoder: Encoder | None = None, name: str = "assomem"):
+        unknown = set(config.signals) - set(SIGNALS)
+        if unknown or not config.signals:
+            raise ValueError(f"signals must be a non-empty subset of {SIGNALS}, got {config.signals}")
+        self.config, self.fusion, self.encoder, self.name = config, fusion, encoder, name
+        self._prepared: tuple[int, np.ndarray] | None = None
+        self._graphs: dict[int, MemoryGraph] = {}
+        self._lexical: dict[int, BM25Index] = {}
+        self._mentions: dict[tuple[int, float], np.ndarray] = {}
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.fusion is None
+
+    # ---- per-dataset state -------------------------------------------------------------------------------------
+    def _clue_emb(self, data: EmbeddedDataset) -> np.ndarray:
+        if self._prepared is None or self._prepared[0] != id(data):
+            bank = data.dataset.bank
+            texts = keyword_clues(bank) if self.config.clue_mode == "keywords" else None
+            if self.config.clue_mode == "llm":
+                from .llm import llm_clues
+
+                texts = llm_clues(bank)
+            self._prepared = (id(data), clue_embeddings(bank, data.utterances, self.config.clue_mode, self.encoder, texts))
+            self._graphs.clear(), self._lexical.clear()
+        return self._prepared[1]
+
+    def graph(self, data: EmbeddedDataset, memory: int) -> MemoryGraph:
+        clue_emb = self._clue_emb(data)
+        if memory not in self._graphs:
+            cfg = self.config.graph
+            self._graphs[memory] = build_graph(data.dataset, memory, data.utterances, clue_emb, cfg)
+            if not self.config.clues:
+                self._graphs[memory] = _without_clues(self._graphs[memory])
+        return self._graphs[memory]
+
+    # ---- features ----------------------------------------------------------------------------------------------
+    def features(self, data: EmbeddedDataset, questions: Sequence[int]) -> list[Features]:
+        ds, cfg = data.dataset, self.config
+        out: dict[int, Features] = {}
+        groups = by_memory(ds, questions)
+        graphs = {m: self.graph(data, m) for m in groups}
+        rel_all = {m: data.questions[g] @ data.utterances[graphs[m].utterances].T for m, g in groups.items()}
+        ppr = self._importance(data, groups, graphs) if "importance" in cfg.signals else {}
+        for m, group in groups.items():
+            g, rel = graphs[m], rel_all[m]
+            lex = self._lexical_index(data, m, g).scores([ds.questions[q].text for q in group]) \
+                if "lexical" in cfg.signals else None
+            times = ds.utterance_times(m)
+            for j, q in enumerate(group):
+                local = self._candidates(g, rel[j], data.questions[q])
+                cols, active = [], []
+                for name in cfg.signals:
+                    if name == "relevance":
+                        col = rel[j, local]
+                    elif name == "importance":
+                        col = np.log(np.maximum(ppr[q][local], 1e-30))
+                    elif name == "lexical":
+                        col = lex[j, local]
+                    else:
+                        col = self._temporal(ds, q, g, local, times)
+                    cols.append(zscore(col.astype(np.float64)))
+                    active.append(bool(np.any(cols[-1] != 0)) if name == "temporal" else True)
+                rest_mask = np.ones(g.n_utt, bool)
+                rest_mask[local] = False
+                rest = np.flatnonzero(rest_mask)
+                rest = rest[top_k(rel[j, rest][None], len(rest))[0]]
+                out[q] = Features(g.utterances[local], np.stack(cols, axis=1), np.asarray(active), g.utterances[rest])
+        return [out[q] for q in questions]
+
+    def _candidates(self, g: MemoryGraph, rel: np.ndarray, q_emb: np.ndarray) -> np.ndarray:
+        """Local utterance indices of the two-step candidates: utterances of the top clues."""
+        cfg = self.config
+        if not cfg.clues or g.n_clues == 0:
+            return np.arange(g.n_utt)
+        best = np.full(g.n_clues, -np.inf)
+        np.maximum.at(best, g.utt_clue, rel)
+        score = cfg.clue_mix * (g.clue_emb @ q_emb) + (1 - cfg.clue_mix) * best
+        order = top_k(score[None], g.n_clues)[0]
+        sizes = np.bincount(g.utt_clue, minlength=g.n_clues)[order]
+        enough = int(np.searchsorted(np.cumsum(sizes), cfg.min_candidates)) + 1
+        chosen = order[: max(cfg.top_clues, enough)]
+        return np.flatnonzero(np.isin(g.utt_clue, chosen))
+
+    def _importance(self, data: EmbeddedDataset, groups: dict[int, list[int]],
+                    graphs: dict[int, MemoryGraph]) -> dict[int, np.ndarray]:
+        """PPR of every question in one batched power iteration over the block-diagonal stack of their graphs."""
+        mems = list(groups)
+        transitions = [graphs[m].transition() for m in mems]
+        teleports = [teleport(data.utterances[graphs[m].utterances], data.questions[groups[m]], graphs[m].n_nodes)
+                     for m in mems]
+        stacked, tele, starts = stack_block_diagonal(transitions, teleports)
+        r, _ = personalized_pagerank(stacked, tele, self.config.damping, self.config.tol, self.config.max_iter)
+        return {q: r[starts[i] : starts[i] + graphs[m].n_utt, j] for i, m in enumerate(mems)
+                for j, q in enumerate(groups[m])}
+
+    def _lexical_index(self, data: EmbeddedDataset, memory: int, g: MemoryGraph) -> BM25Index:
+        if memory not in self._lexical:
+            texts = data.dataset.bank.encoded_texts()
+            self._lexical[memory] = BM25Index([texts[i] for i in g.utterances])
+        return self._lexical[memory]
+
+    def _temporal(self, ds, q: int, g: MemoryGraph, local: np.ndarray, times: np.ndarray) -> np.ndarray:
+        question = ds.questions[q]
+        constraint: TimeConstraint = parse_constraint(question.text, question.date)
+        if not constraint.has_intent:
+            return np.zeros(len(local))
+        per = []
+        for i in local:
+            row, when = int(g.utterances[i]), float(times[i])
+            known = [when]
+            if constraint.has_window and not np.isnan(when):
+                key = (row, when)
+                if key not in self._mentions:
+                    text = ds.bank.utt_texts[row]
+                    spans = windows(text, when) if mentions_time(text) else []
+                    self._mentions[key] = np.asarray([(s + e) / 2 for s, e in spans], dtype=np.float64)
+                known += list(self._mentions[key])
+            per.append(np.asarray(known, dtype=np.float64))
+        return temporal_scores(constraint, per).astype(np.float64)
+
+    # ---- fusion ------------------------------------------------------------------------------------------------
+    def fuse(self, feats: Sequence[Features], q_emb: np.ndarray, fusion: FusionModel, depth: int) -> list[np.ndarray]:
+        actives = np.stack([f.active for f in feats]) if feats else np.zeros((0, len(self.config.signals)))
+        weights = fusion.weights(q_emb, actives)
+        out = []
+        for f, w in zip(feats, weights):
+            fused = softmax(f.scores, self.config.temperature, axis=0) @ w
+            ranked = f.candidates[top_k(fused[None], min(depth, len(fused)))[0]]
+            out.append(np.concatenate([ranked, f.rest[: max(0, depth - len(ranked))]]))
+        return out
+
+    def fit(self, data: EmbeddedDataset, questions: Sequence[int], feats: Sequence[Features]) -> FusionModel:
+        """Calibrate the fusion on these questions (those without evidence are skipped)."""
+        ds = data.dataset
+        keep = [i for i, q in enumerate(questions) if len(ds.questions[q].evidence)]
+        return fit_fusion(list(self.config.signals), [ds.questions[questions[i]].type for i in keep],
+                          [feats[i].scores for i in keep],
+                          [np.isin(feats[i].candidates, ds.questions[questions[i]].evidence) for i in keep],
+                          [feats[i].active for i in keep], data.questions[[questions[i] for i in keep]],
+                          self.config.bins, self.config.weight_temperature)
+
+    def rank(self, data: EmbeddedDataset, questions: Sequence[int], depth: int) -> list[np.ndarray]:
+        if self.fusion is None:
+            raise RuntimeError(f"{self.name} needs fusion weights: calibrate first, or pass --weights/--fixed-weights")
+        return self.fuse(self.features(data, questions), data.questions[list(questions)], self.fusion, depth)
+
+
+def _without_clues(g: MemoryGraph) -> MemoryGraph:
+    """The graph with its clue nodes and their edges removed (node order becomes [utterances | speakers])."""
+    keep = np.concatenate([np.arange(g.n_utt), g.n_utt + g.n_clues + np.arange(g.n_speakers)])
+    adj = g.adjacency[keep][:, keep].tocsr()
+    return MemoryGraph(g.utterances, np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32), [],
+                       adj, g.n_speakers)
+
+
+def relevance_only(config: AssoMemConfig, **changes) -> AssoMemConfig:
+    return replace(config, signals=("relevance",), **changes)
+
+
+# The paper's hybrid baselines: two-step retrieval ranked by relevance alone, with different first-step units.
+HYBRID_BASELINES = {
+    "session-utterance": dict(clue_mode="centroid", graph=GraphConfig(delta=1.01), clue_mix=1.0),
+    "session-summary": dict(clue_mode="keywords", graph=GraphConfig(delta=1.01), clue_mix=1.0),
+    "topic-grouping": dict(clue_mode="keywords", clue_mix=1.0),
+}
+
+
+def make_assomem(name: str, config: AssoMemConfig, encoder: Encoder, fusion: FusionModel | None = None) -> AssoMem:
+    """``assomem`` with ``config``, or one of the hybrid baselines (relevance only, fixed weights)."""
+    if name == "assomem":
+        return AssoMem(config, fusion, encoder)
+    if name not in HYBRID_BASELINES:
+        raise ValueError(f"unknown method {name!r}")
+    cfg = relevance_only(config, **HYBRID_BASELINES[name])
+    return AssoMem(cfg, fixed_weights(cfg.signals), encoder, name)

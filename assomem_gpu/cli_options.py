@@ -1,0 +1,57 @@
+"""Command-line options of the AssoMem retriever, shared by ``eval`` and ``calibrate``."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from .assomem import SIGNALS, AssoMemConfig
+from .clues import CLUE_MODES
+from .graph import GraphConfig
+
+
+def add_assomem_options(p: argparse.ArgumentParser) -> None:
+    d, g = AssoMemConfig(), GraphConfig()
+    a = p.add_argument_group("assomem")
+    a.add_argument("--top-clues", type=int, default=d.top_clues, help="K: clues retrieved in the first step")
+    a.add_argument("--min-candidates", type=int, default=d.min_candidates, help="take more clues until this many candidates")
+    a.add_argument("--clue-mode", choices=CLUE_MODES, default=d.clue_mode, help="how session clues are made")
+    a.add_argument("--clue-mix", type=float, default=d.clue_mix, help="weight of the clue embedding in a clue's score")
+    a.add_argument("--delta", type=float, default=g.delta, help="δ: clue merge threshold")
+    a.add_argument("--gamma", type=float, default=g.gamma, help="γ: similarity-edge threshold")
+    a.add_argument("--max-neighbors", type=int, default=g.max_neighbors, help="similarity edges kept per node")
+    a.add_argument("--adjacency-weight", type=float, default=g.adjacency_weight, help="weight of consecutive-turn edges")
+    a.add_argument("--speakers", action="store_true", help="add speaker nodes to the graph")
+    a.add_argument("--damping", type=float, default=d.damping, help="d: PPR damping")
+    a.add_argument("--temperature", type=float, default=d.temperature, help="T of the per-signal score softmax")
+    a.add_argument("--weight-temperature", type=float, default=d.weight_temperature, help="T of softmax(CMI / T)")
+    a.add_argument("--bins", type=int, default=d.bins, help="score bins of the CMI estimate")
+    a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
+    for name in ("temporal", "importance", "lexical"):
+        a.add_argument(f"--no-{name}", action="store_true", help=f"ablation: drop the {name} signal")
+    a.add_argument("--no-clues", action="store_true", help="ablation: no clue nodes; all utterances are candidates")
+    a.add_argument("--fixed-weights", action="store_true", help="ablation: equal signal weights, no CMI")
+    a.add_argument("--weights", help="fusion weights (and config) saved by python -m assomem_gpu.calibrate")
+
+
+def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = None) -> AssoMemConfig:
+    """The config the options describe; with ``base`` (from a weights file), options left at default keep base's."""
+    if base is not None:
+        return replace(base, signals=tuple(s for s in base.signals if not getattr(args, f"no_{s}", False)),
+                       clues=base.clues and not args.no_clues)
+    for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_neighbors", 0), ("bins", 2), ("folds", 2)):
+        if getattr(args, name) < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least {low}")
+    for name in ("temperature", "weight_temperature"):
+        if getattr(args, name) <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive")
+    if not 0 < args.damping < 1:
+        raise ValueError("--damping must lie strictly between 0 and 1")
+    signals = tuple(s for s in SIGNALS if not getattr(args, f"no_{s}", False))
+    if not signals:
+        raise ValueError("every signal is switched off")
+    graph = GraphConfig(delta=args.delta, gamma=args.gamma, max_neighbors=args.max_neighbors,
+                        adjacency_weight=args.adjacency_weight, speakers=args.speakers)
+    return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, clues=not args.no_clues,
+                         top_clues=args.top_clues, min_candidates=args.min_candidates, clue_mix=args.clue_mix,
+                         damping=args.damping, temperature=args.temperature,
+                         weight_temperature=args.weight_temperature, bins=args.bins)

@@ -1,0 +1,140 @@
+"""Fusion weights from conditional mutual information (paper eq. 3) and the question-type classifier.
+
+For each question type q and signal d, candidates' normalised scores are cut into ``bins`` quantile bins (low /
+medium / high for 3) and paired with their usefulness label λ (evidence or not); CMI_d(q) = I(bin; λ | type = q).
+Weights are softmax(CMI / T_w). At inference a logistic-regression classifier over question embeddings predicts the
+type, and the weights are the classifier's probability-weighted mix of the per-type weights.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+UNTYPED = "all"  # the one type of questions whose data carries none
+
+
+def mutual_information(bins: np.ndarray, labels: np.ndarray, n_bins: int) -> float:
+    """I(bin; label) in nats from paired samples."""
+    if len(bins) == 0:
+        return 0.0
+    joint = np.zeros((n_bins, 2))
+    np.add.at(joint, (bins, labels.astype(int)), 1.0)
+    joint /= joint.sum()
+    pb, pl = joint.sum(axis=1, keepdims=True), joint.sum(axis=0, keepdims=True)
+    nz = joint > 0
+    return float((joint[nz] * np.log(joint[nz] / (pb @ pl)[nz])).sum())
+
+
+def quantile_bins(values: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin index of each value by the values' own quantiles (ties fall into the lower bin)."""
+    if len(values) == 0:
+        return np.zeros(0, np.int64)
+    edges = np.quantile(values, np.linspace(0, 1, n_bins + 1)[1:-1])
+    return np.searchsorted(edges, values, side="right").astype(np.int64)
+
+
+def conditional_mi(scores: Sequence[np.ndarray], labels: Sequence[np.ndarray], active: Sequence[np.ndarray],
+                   n_bins: int) -> np.ndarray:
+    """CMI of each signal for one question type.
+
+    ``scores[i]`` (n_cand_i, n_signals) and ``labels[i]`` (n_cand_i,) of the type's question i; ``active[i]``
+    (n_signals,) says which signals the question has (a question without temporal intent has no temporal score).
+    """
+    n_sig = scores[0].shape[1] if scores else 0
+    out = np.zeros(n_sig)
+    for d in range(n_sig):
+        used = [i for i in range(len(scores)) if active[i][d]]
+        if not used:
+            continue
+        values = np.concatenate([scores[i][:, d] for i in used])
+        lab = np.concatenate([labels[i] for i in used])
+        out[d] = mutual_information(quantile_bins(values, n_bins), lab, n_bins)
+    return out
+
+
+@dataclass
+class FusionModel:
+    """Per-type signal weights and the classifier that predicts a question's type."""
+
+    signals: list[str]
+    types: list[str]
+    cmi: np.ndarray  # (n_types, n_signals)
+    weight_temperature: float
+    coef: np.ndarray | None = None  # logistic regression over question embeddings, classes = types
+    intercept: np.ndarray | None = None
+
+    @property
+    def type_weights(self) -> np.ndarray:
+        z = self.cmi / self.weight_temperature
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        return z / z.sum(axis=1, keepdims=True)
+
+    def type_probabilities(self, q_emb: np.ndarray) -> np.ndarray:
+        if self.coef is None:
+            return np.full((len(q_emb), len(self.types)), 1.0 / len(self.types))
+        logits = q_emb @ self.coef.T + self.intercept
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return p / p.sum(axis=1, keepdims=True)
+
+    def weights(self, q_emb: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """(B, n_signals) weights: the type-probability mix, renormalised over each question's active signals."""
+        w = (self.type_probabilities(q_emb) @ self.type_weights) * active
+        return w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)
+
+    def to_json(self) -> dict:
+        out = {"signals": self.signals, "types": self.types, "cmi": self.cmi.tolist(),
+               "weights": self.type_weights.tolist(), "weight_temperature": self.weight_temperature}
+        if self.coef is not None:
+            out["classifier"] = {"coef": self.coef.tolist(), "intercept": self.intercept.tolist()}
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "FusionModel":
+        clf = obj.get("classifier")
+        return cls(list(obj["signals"]), list(obj["types"]), np.asarray(obj["cmi"], dtype=np.float64),
+                   float(obj["weight_temperature"]),
+                   None if clf is None else np.asarray(clf["coef"], dtype=np.float32),
+                   None if clf is None else np.asarray(clf["intercept"], dtype=np.float32))
+
+
+def fixed_weights(signals: Sequence[str]) -> FusionModel:
+    """Equal weights for every signal: the ablation without weight assignment."""
+    return FusionModel(list(signals), [UNTYPED], np.zeros((1, len(signals))), 1.0)
+
+
+def fit_fusion(signals: Sequence[str], types: Sequence[str | None], scores: Sequence[np.ndarray],
+               labels: Sequence[np.ndarray], active: Sequence[np.ndarray], q_emb: np.ndarray, n_bins: int,
+               weight_temperature: float) -> FusionModel:
+    """CMI weights per type from calibration questions, and the type classifier over their embeddings."""
+    names = [t if t is not None else UNTYPED for t in types]
+    kinds = sorted(set(names))
+    cmi = np.stack([conditional_mi([scores[i] for i in range(len(names)) if names[i] == t],
+                                   [labels[i] for i in range(len(names)) if names[i] == t],
+                                   [active[i] for i in range(len(names)) if names[i] == t], n_bins) for t in kinds])
+    coef = intercept = None
+    if len(kinds) > 1:
+        from sklearn.linear_model import LogisticRegression
+
+        clf = LogisticRegression(max_iter=2000, C=4.0).fit(q_emb, names)
+        c, b = clf.coef_, clf.intercept_
+        if len(clf.classes_) == 2:  # binary: p(class 1) = sigmoid(w·x + b) = softmax([0, w·x + b])[1]
+            c, b = np.vstack([np.zeros_like(c), c]), np.concatenate([[0.0], b])
+        order = [list(clf.classes_).index(t) for t in kinds]
+        coef, intercept = c[order].astype(np.float32), b[order].astype(np.float32)
+    return FusionModel(list(signals), kinds, cmi, weight_temperature, coef, intercept)
+
+
+def save_weights(path: str | Path, model: FusionModel, config: dict) -> None:
+    Path(path).write_text(json.dumps({"fusion": model.to_json(), "config": config}, indent=1) + "\n")
+
+
+def load_weights(path: str | Path) -> tuple[FusionModel, dict]:
+    try:
+        obj = json.loads(Path(path).read_text())
+        return FusionModel.from_json(obj["fusion"]), obj.get("config", {})
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a weights file written by python -m assomem_gpu.calibrate ({exc})") from exc

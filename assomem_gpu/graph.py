@@ -1,0 +1,134 @@
+"""The associative memory graph (paper §3.2.1), built in one vectorised pass per memory.
+
+Nodes are ``[utterances | clues | speakers]``. Edges (symmetric, weighted, CSR):
+- ownership: utterance — the (merged) clue of its session;
+- similarity: clue — clue and utterance — utterance pairs with cosine above γ (FAISS kNN, then the threshold);
+- turn adjacency: consecutive utterances of a session (the dialogue's own structure; weight 0 turns it off);
+- speakers (optional, the paper's metadata extension): utterance — the person who said it.
+
+Clues: one per session (``clues.py`` makes their text and embeddings), merged when their cosine exceeds δ, transitively
+(connected components of the δ-graph); a merged clue's embedding is the normalised mean of its members'.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from .memory import Dataset
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    delta: float = 0.8  # clue merge threshold δ
+    gamma: float = 0.7  # similarity-edge threshold γ (clue–clue and utterance–utterance)
+    max_neighbors: int = 10  # similarity edges kept per node (the strongest above γ)
+    adjacency_weight: float = 1.0  # weight of edges between consecutive turns; 0 = none
+    speakers: bool = False  # add a node per named speaker
+
+
+@dataclass
+class MemoryGraph:
+    """The graph of one memory. Utterance node ``i`` is bank row ``utterances[i]``; clue node ``n_utt + c``."""
+
+    utterances: np.ndarray  # bank rows (int64)
+    utt_clue: np.ndarray  # clue of each utterance node (int64)
+    clue_emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
+    clue_sessions: list[np.ndarray]  # bank session rows merged into each clue
+    adjacency: sp.csr_matrix  # (n_nodes, n_nodes) float32, symmetric
+    n_speakers: int = 0
+
+    @property
+    def n_utt(self) -> int:
+        return len(self.utterances)
+
+    @property
+    def n_clues(self) -> int:
+        return len(self.clue_emb)
+
+    @property
+    def n_nodes(self) -> int:
+        return self.n_utt + self.n_clues + self.n_speakers
+
+    def transition(self) -> sp.csr_matrix:
+        """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass)."""
+        deg = np.asarray(self.adjacency.sum(axis=0)).ravel()
+        lonely = np.flatnonzero(deg == 0)
+        adj = self.adjacency + sp.csr_matrix((np.ones(len(lonely), np.float32), (lonely, lonely)), shape=self.adjacency.shape)
+        deg[lonely] = 1.0
+        return (adj @ sp.diags((1.0 / deg).astype(np.float32))).tocsr().astype(np.float32)
+
+
+def similarity_pairs(emb: np.ndarray, threshold: float, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs (i, j, cosine), i != j, with cosine > threshold among each row's ``k`` nearest neighbours (FAISS)."""
+    n = len(emb)
+    if n < 2 or k < 1:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    import faiss
+
+    index = faiss.IndexFlatIP(emb.shape[1])
+    index.add(np.ascontiguousarray(emb, dtype=np.float32))
+    sims, nbrs = index.search(np.ascontiguousarray(emb, dtype=np.float32), min(k + 1, n))
+    rows = np.repeat(np.arange(n), nbrs.shape[1])
+    cols, vals = nbrs.ravel(), sims.ravel()
+    keep = (cols >= 0) & (cols != rows) & (vals > threshold)
+    return rows[keep], cols[keep].astype(np.int64), vals[keep]
+
+
+def merge_clues(session_emb: np.ndarray, delta: float) -> np.ndarray:
+    """Clue label of each session: connected components of the graph of clue pairs with cosine > δ."""
+    n = len(session_emb)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    i, j, _ = similarity_pairs(session_emb, delta, k=min(n - 1, 64))
+    graph = sp.csr_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
+    _, labels = connected_components(graph, directed=False)
+    return labels.astype(np.int64)
+
+
+def build_graph(ds: Dataset, memory: int, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
+                config: GraphConfig = GraphConfig()) -> MemoryGraph:
+    """The graph of ``ds.memories[memory]``. ``utt_emb`` is bank-aligned; ``session_clue_emb`` is bank-session-aligned."""
+    bank = ds.bank
+    sessions = ds.memories[memory].sessions
+    off = np.asarray(bank.offsets)
+    counts = off[sessions + 1] - off[sessions]
+    utterances = ds.memory_utterances(memory)
+    n_u = len(utterances)
+    labels = merge_clues(session_clue_emb[sessions], config.delta)
+    n_c = int(labels.max()) + 1 if len(labels) else 0
+    clue_emb = np.zeros((n_c, utt_emb.shape[1]), np.float32)
+    np.add.at(clue_emb, labels, session_clue_emb[sessions])
+    clue_emb /= np.maximum(np.linalg.norm(clue_emb, axis=1, keepdims=True), 1e-12)
+    utt_clue = np.repeat(labels, counts)
+    clue_sessions = [sessions[labels == c] for c in range(n_c)]
+
+    rows, cols, vals = [], [], []
+    # ownership
+    rows.append(np.arange(n_u)), cols.append(n_u + utt_clue), vals.append(np.ones(n_u, np.float32))
+    # similarity: clue–clue and utterance–utterance
+    ci, cj, cv = similarity_pairs(clue_emb, config.gamma, config.max_neighbors)
+    rows.append(n_u + ci), cols.append(n_u + cj), vals.append(cv)
+    ui, uj, uv = similarity_pairs(utt_emb[utterances], config.gamma, config.max_neighbors)
+    rows.append(ui), cols.append(uj), vals.append(uv)
+    # consecutive turns of a session
+    if config.adjacency_weight > 0 and n_u > 1:
+        starts = np.cumsum(counts) - counts
+        same = np.ones(n_u - 1, bool)
+        same[(starts[1:] - 1)[starts[1:] > 0]] = False  # no edge across a session boundary
+        a = np.flatnonzero(same)
+        rows.append(a), cols.append(a + 1), vals.append(np.full(len(a), config.adjacency_weight, np.float32))
+    n_p = 0
+    if config.speakers:
+        names = np.asarray([bank.utt_speakers[i] for i in utterances], dtype=object)
+        idx = np.flatnonzero(names != "")
+        people, who = np.unique(names[idx], return_inverse=True)
+        n_p = len(people)
+        rows.append(idx), cols.append(n_u + n_c + who), vals.append(np.ones(len(idx), np.float32))
+    r, c, v = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals).astype(np.float32)
+    n = n_u + n_c + n_p
+    directed = sp.csr_matrix((v, (r, c)), shape=(n, n))  # edge types meeting on one pair add up
+    adj = directed.maximum(directed.T).tocsr().astype(np.float32)
+    return MemoryGraph(utterances, utt_clue, clue_emb, clue_sessions, adj, n_p)

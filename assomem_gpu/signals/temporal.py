@@ -1,0 +1,155 @@
+"""Temporal match: a question's time constraint against utterance times.
+
+The question's time expressions are resolved against its date with dateparser into a window (``two weeks ago``,
+``last month``, ``in May``, ``on March 3``) or an ordering intent (``most recent``, ``first time``). An utterance's
+times are its session date plus the dates its own time expressions resolve to, relative to that session date.
+Questions without either get no temporal signal (and no temporal weight).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+
+DAY = 86_400.0
+_UNITS = {"day": DAY, "week": 7 * DAY, "month": 30.44 * DAY, "year": 365.25 * DAY}
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+            "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2, "a few": 3, "few": 3}
+_NUM = r"(\d+|a couple of|couple of|a few|few|an|a|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_AGO = re.compile(rf"(?<!how many )(?<!how much )\b{_NUM}\s+(day|week|month|year)s?\s+ago\b", re.I)
+_PAST = re.compile(rf"\b(?:last|past|previous)\s+(?:{_NUM}\s+)?(day|week|weekend|month|year)s?\b", re.I)
+_THIS = re.compile(r"\b(?:this|current)\s+(week|weekend|month|year)\b", re.I)
+_DAYWORD = re.compile(r"\b(yesterday|today|tonight|this morning|this afternoon|this evening)\b", re.I)
+_WEEKDAY = re.compile(r"\blast\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I)
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_ABSOLUTE = re.compile(rf"\b(?:(?:{_MONTHS})(?:\s+\d{{1,2}}(?:st|nd|rd|th)?)?(?:,?\s+\d{{4}})?|\d{{1,2}}(?:st|nd|rd|th)?\s+"
+                       rf"(?:of\s+)?(?:{_MONTHS})(?:,?\s+\d{{4}})?|\d{{4}}[/-]\d{{1,2}}[/-]\d{{1,2}}|(?:in|during)\s+\d{{4}})\b", re.I)
+_LATEST = re.compile(r"\b(most recent(?:ly)?|latest|last time|currently|current|right now|these days|nowadays|"
+                     r"at the moment|recently|lately|now)\b", re.I)
+_EARLIEST = re.compile(r"\b(first time|earliest|originally|initially|at first|used to)\b", re.I)
+
+
+@dataclass(frozen=True)
+class TimeConstraint:
+    start: float = math.nan  # window in POSIX seconds; NaN when the question names no window
+    end: float = math.nan
+    order: str | None = None  # "latest" or "earliest"
+
+    @property
+    def has_window(self) -> bool:
+        return not math.isnan(self.start)
+
+    @property
+    def has_intent(self) -> bool:
+        return self.has_window or self.order is not None
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).replace(tzinfo=None)
+
+
+def _ts(dt: datetime) -> float:
+    return dt.replace(tzinfo=timezone.utc).timestamp()
+
+
+def _number(word: str) -> int:
+    word = word.lower()
+    return int(word) if word.isdigit() else _NUMBERS.get(word, 1)
+
+
+def windows(text: str, ref: float) -> list[tuple[float, float]]:
+    """Time windows that the expressions in ``text`` name, resolved against the reference time ``ref``."""
+    if math.isnan(ref):
+        return []
+    out = []
+    for m in _AGO.finditer(text):
+        n, unit = _number(m.group(1)), _UNITS[m.group(2).lower()]
+        centre = ref - n * unit
+        out.append((centre - unit, centre + unit))
+    for m in _PAST.finditer(text):
+        n = _number(m.group(1)) if m.group(1) else 1
+        unit = 7 * DAY if m.group(2).lower() == "weekend" else _UNITS[m.group(2).lower()]
+        out.append((ref - (n + 1) * unit, ref))
+    for m in _THIS.finditer(text):
+        unit = 7 * DAY if m.group(1).lower() == "weekend" else _UNITS[m.group(1).lower()]
+        out.append((ref - unit, ref + DAY))
+    for m in _DAYWORD.finditer(text):
+        back = 2 * DAY if m.group(1).lower() == "yesterday" else DAY
+        out.append((ref - back, ref + DAY / 2))
+    for m in _WEEKDAY.finditer(text):
+        day = _resolve(m.group(0), ref)
+        if day is not None:
+            out.append((day - DAY, day + 2 * DAY))
+    for m in _ABSOLUTE.finditer(text):
+        span = _absolute_window(m.group(0), ref)
+        if span is not None:
+            out.append(span)
+    return out
+
+
+def _resolve(expr: str, ref: float) -> float | None:
+    import dateparser
+
+    parsed = dateparser.parse(expr, languages=["en"], settings={"RELATIVE_BASE": _dt(ref), "PREFER_DATES_FROM": "past",
+                                                                "RETURN_AS_TIMEZONE_AWARE": False})
+    return None if parsed is None else _ts(parsed)
+
+
+def _absolute_window(expr: str, ref: float) -> tuple[float, float] | None:
+    """A day for expressions with a day number, else the month, else the year."""
+    clean = re.sub(r"^(in|during)\s+", "", expr.strip(), flags=re.I)
+    when = _resolve(clean, ref)
+    if when is None:
+        return None
+    start = _dt(when).replace(hour=0, minute=0, second=0, microsecond=0)
+    if re.fullmatch(r"\d{4}", clean):
+        begin = start.replace(month=1, day=1)
+        return _ts(begin), _ts(begin.replace(year=begin.year + 1))
+    if not re.search(r"\d{1,2}(?:st|nd|rd|th)?\b(?!\d)", re.sub(r"\d{4}", "", clean)):
+        begin = start.replace(day=1)
+        nxt = (begin + timedelta(days=32)).replace(day=1)
+        return _ts(begin), _ts(nxt)
+    return _ts(start), _ts(start + timedelta(days=1))
+
+
+def parse_constraint(question: str, date: float) -> TimeConstraint:
+    """The question's time constraint: the union of the windows it names, and any ordering intent."""
+    spans = windows(question, date)
+    order = "latest" if _LATEST.search(question) else "earliest" if _EARLIEST.search(question) else None
+    if spans:
+        return TimeConstraint(min(s for s, _ in spans), max(e for _, e in spans), order)
+    return TimeConstraint(order=order)
+
+
+def mentions_time(text: str) -> bool:
+    """Cheap pre-filter: does the text hold any expression ``windows`` could resolve?"""
+    return any(p.search(text) for p in (_AGO, _PAST, _THIS, _DAYWORD, _WEEKDAY, _ABSOLUTE))
+
+
+def temporal_scores(constraint: TimeConstraint, times: list[np.ndarray]) -> np.ndarray:
+    """Score of each candidate, given its known times (session date first, then times it mentions).
+
+    Window: 1 inside, decaying as exp(−distance / window length) outside (the best of a candidate's times).
+    Ordering: the candidate's session date ranked among the candidates (1 = latest for "latest", earliest otherwise),
+    added to the window score when both are present. Unknown times score 0.
+    """
+    n = len(times)
+    score = np.zeros(n, np.float32)
+    if constraint.has_window:
+        width = max(constraint.end - constraint.start, DAY)
+        for i, ts in enumerate(times):
+            ts = ts[~np.isnan(ts)]
+            if len(ts):
+                dist = np.maximum(constraint.start - ts, 0) + np.maximum(ts - constraint.end, 0)
+                score[i] = float(np.exp(-dist / width).max())
+    if constraint.order is not None:
+        first = np.array([t[0] if len(t) else np.nan for t in times], dtype=np.float64)
+        known = ~np.isnan(first)
+        if known.sum() > 1 and np.ptp(first[known]) > 0:
+            lo, hi = first[known].min(), first[known].max()
+            pos = (first[known] - lo) / (hi - lo)
+            score[known] += (pos if constraint.order == "latest" else 1 - pos).astype(np.float32)
+    return score
