@@ -35,19 +35,20 @@ class AssoMemConfig:
     tol: float = 1e-6
     max_iter: int = 100
     temperature: float = 1.0  # T of the per-signal softmax over a question's candidates
-    weight_temperature: float = 0.01  # T of softmax(CMI / T) (CMI is in nats, typically 1e-3 … 1e-1)
-    bins: int = 3
+    weight_temperature: float = 0.05  # T of softmax(U / T), U = CMI / H(λ) in [0, 1]
+    bin_edges: tuple[float, ...] = (0.9, 0.99)  # quantile edges of the low / medium / high score bins
 
     def to_json(self) -> dict:
         out = asdict(self)
-        out["signals"] = list(self.signals)
+        out["signals"], out["bin_edges"] = list(self.signals), list(self.bin_edges)
         return out
 
     @classmethod
     def from_json(cls, obj: dict) -> "AssoMemConfig":
         obj = dict(obj)
         graph = GraphConfig(**obj.pop("graph", {}))
-        return cls(graph=graph, signals=tuple(obj.pop("signals", SIGNALS)), **obj)
+        return cls(graph=graph, signals=tuple(obj.pop("signals", SIGNALS)),
+                   bin_edges=tuple(obj.pop("bin_edges", cls.bin_edges)), **obj)
 
 
 @dataclass
@@ -215,7 +216,7 @@ class AssoMem:
                           [feats[i].scores for i in keep],
                           [np.isin(feats[i].candidates, ds.questions[questions[i]].evidence) for i in keep],
                           [feats[i].active for i in keep], data.questions[[questions[i] for i in keep]],
-                          self.config.bins, self.config.weight_temperature)
+                          self.config.bin_edges, self.config.weight_temperature)
 
     def rank(self, data: EmbeddedDataset, questions: Sequence[int], depth: int) -> list[np.ndarray]:
         if self.fusion is None:

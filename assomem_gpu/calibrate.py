@@ -61,3 +61,48 @@ def compute_features(method: AssoMem, data: EmbeddedDataset, questions: Sequence
                    disable=not progress):
         feats += method.features(data, list(questions[lo : lo + batch_size]))
     return feats
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    from .assomem import AssoMem
+    from .cli_options import add_assomem_options, config_from_options
+    from .data import load_dataset
+    from .encode import DEFAULT_MODEL, make_encoder
+    from .fusion import save_weights
+
+    p = argparse.ArgumentParser(prog="python -m assomem_gpu.calibrate", description=__doc__)
+    p.add_argument("--dataset", required=True, help="<format>:<path> of the labelled calibration data")
+    p.add_argument("--output", required=True, help="weights file to write (JSON)")
+    p.add_argument("--limit", type=int, help="calibrate on a seeded sample of this many questions")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--haystack-sessions", type=int, help="grow LongMemEval haystacks to this many sessions")
+    p.add_argument("--encoder", default=DEFAULT_MODEL)
+    p.add_argument("--quiet", action="store_true")
+    add_assomem_options(p)
+    args = p.parse_args(argv)
+    try:
+        config = config_from_options(args)
+        ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+        encoder = make_encoder(args.encoder)
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    encoder.progress = not args.quiet
+    data = EmbeddedDataset.build(ds, encoder)
+    method = AssoMem(config, encoder=encoder)
+    questions = list(range(len(ds.questions)))
+    feats = compute_features(method, data, questions, progress=not args.quiet)
+    model = method.fit(data, questions, feats)
+    save_weights(args.output, model, config.to_json())
+    print(f"calibrated on {sum(len(q.evidence) > 0 for q in ds.questions)} questions; weights per type "
+          f"({', '.join(model.signals)}):")
+    for t, w in zip(model.types, model.type_weights):
+        print(f"  {t:28s} " + "  ".join(f"{x:.3f}" for x in w))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

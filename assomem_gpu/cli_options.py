@@ -23,8 +23,9 @@ def add_assomem_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--speakers", action="store_true", help="add speaker nodes to the graph")
     a.add_argument("--damping", type=float, default=d.damping, help="d: PPR damping")
     a.add_argument("--temperature", type=float, default=d.temperature, help="T of the per-signal score softmax")
-    a.add_argument("--weight-temperature", type=float, default=d.weight_temperature, help="T of softmax(CMI / T)")
-    a.add_argument("--bins", type=int, default=d.bins, help="score bins of the CMI estimate")
+    a.add_argument("--weight-temperature", type=float, default=d.weight_temperature, help="T of softmax(CMI / H / T)")
+    a.add_argument("--bin-edges", type=float, nargs="+", default=list(d.bin_edges),
+                   help="quantile edges of the CMI score bins (two edges: low / medium / high)")
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
     for name in ("temporal", "importance", "lexical"):
         a.add_argument(f"--no-{name}", action="store_true", help=f"ablation: drop the {name} signal")
@@ -38,7 +39,9 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
     if base is not None:
         return replace(base, signals=tuple(s for s in base.signals if not getattr(args, f"no_{s}", False)),
                        clues=base.clues and not args.no_clues)
-    for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_neighbors", 0), ("bins", 2), ("folds", 2)):
+    if not all(0 < e < 1 for e in args.bin_edges) or sorted(args.bin_edges) != args.bin_edges:
+        raise ValueError("--bin-edges must be increasing quantiles strictly between 0 and 1")
+    for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_neighbors", 0), ("folds", 2)):
         if getattr(args, name) < low:
             raise ValueError(f"--{name.replace('_', '-')} must be at least {low}")
     for name in ("temperature", "weight_temperature"):
@@ -54,4 +57,4 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
     return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, clues=not args.no_clues,
                          top_clues=args.top_clues, min_candidates=args.min_candidates, clue_mix=args.clue_mix,
                          damping=args.damping, temperature=args.temperature,
-                         weight_temperature=args.weight_temperature, bins=args.bins)
+                         weight_temperature=args.weight_temperature, bin_edges=tuple(args.bin_edges))

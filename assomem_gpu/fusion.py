@@ -1,8 +1,10 @@
 """Fusion weights from conditional mutual information (paper eq. 3) and the question-type classifier.
 
-For each question type q and signal d, candidates' normalised scores are cut into ``bins`` quantile bins (low /
-medium / high for 3) and paired with their usefulness label λ (evidence or not); CMI_d(q) = I(bin; λ | type = q).
-Weights are softmax(CMI / T_w). At inference a logistic-regression classifier over question embeddings predicts the
+For each question type q and signal d, candidates' normalised scores are cut into bins (low / medium / high at
+quantile edges, default the 90th and 99th percentile: evidence is sparse, so "high" must be the top sliver) and paired
+with their usefulness label λ (evidence or not); CMI_d(q) = I(bin; λ | type = q). Weights are
+softmax(U / T_w) with U = CMI / H(λ | q), the CMI as a share of the label's entropy, so that one temperature suits
+types whose evidence rates differ. At inference a logistic-regression classifier over question embeddings predicts the
 type, and the weights are the classifier's probability-weighted mix of the per-type weights.
 """
 from __future__ import annotations
@@ -29,17 +31,21 @@ def mutual_information(bins: np.ndarray, labels: np.ndarray, n_bins: int) -> flo
     return float((joint[nz] * np.log(joint[nz] / (pb @ pl)[nz])).sum())
 
 
-def quantile_bins(values: np.ndarray, n_bins: int) -> np.ndarray:
-    """Bin index of each value by the values' own quantiles (ties fall into the lower bin)."""
+def quantile_bins(values: np.ndarray, edges: Sequence[float]) -> np.ndarray:
+    """Bin of each value, cut at the given quantiles of the values themselves (ties fall into the lower bin)."""
     if len(values) == 0:
         return np.zeros(0, np.int64)
-    edges = np.quantile(values, np.linspace(0, 1, n_bins + 1)[1:-1])
-    return np.searchsorted(edges, values, side="right").astype(np.int64)
+    return np.searchsorted(np.quantile(values, edges), values, side="right").astype(np.int64)
+
+
+def entropy(labels: np.ndarray) -> float:
+    p = float(np.mean(labels)) if len(labels) else 0.0
+    return 0.0 if p in (0.0, 1.0) else -(p * np.log(p) + (1 - p) * np.log(1 - p))
 
 
 def conditional_mi(scores: Sequence[np.ndarray], labels: Sequence[np.ndarray], active: Sequence[np.ndarray],
-                   n_bins: int) -> np.ndarray:
-    """CMI of each signal for one question type.
+                   edges: Sequence[float]) -> np.ndarray:
+    """CMI of each signal for one question type, normalised by the label entropy (see the module docstring).
 
     ``scores[i]`` (n_cand_i, n_signals) and ``labels[i]`` (n_cand_i,) of the type's question i; ``active[i]``
     (n_signals,) says which signals the question has (a question without temporal intent has no temporal score).
@@ -52,7 +58,8 @@ def conditional_mi(scores: Sequence[np.ndarray], labels: Sequence[np.ndarray], a
             continue
         values = np.concatenate([scores[i][:, d] for i in used])
         lab = np.concatenate([labels[i] for i in used])
-        out[d] = mutual_information(quantile_bins(values, n_bins), lab, n_bins)
+        h = entropy(lab)
+        out[d] = mutual_information(quantile_bins(values, edges), lab, len(edges) + 1) / h if h > 0 else 0.0
     return out
 
 
@@ -62,7 +69,7 @@ class FusionModel:
 
     signals: list[str]
     types: list[str]
-    cmi: np.ndarray  # (n_types, n_signals)
+    cmi: np.ndarray  # (n_types, n_signals), normalised by H(λ | type)
     weight_temperature: float
     coef: np.ndarray | None = None  # logistic regression over question embeddings, classes = types
     intercept: np.ndarray | None = None
@@ -107,14 +114,14 @@ def fixed_weights(signals: Sequence[str]) -> FusionModel:
 
 
 def fit_fusion(signals: Sequence[str], types: Sequence[str | None], scores: Sequence[np.ndarray],
-               labels: Sequence[np.ndarray], active: Sequence[np.ndarray], q_emb: np.ndarray, n_bins: int,
-               weight_temperature: float) -> FusionModel:
+               labels: Sequence[np.ndarray], active: Sequence[np.ndarray], q_emb: np.ndarray,
+               bin_edges: Sequence[float], weight_temperature: float) -> FusionModel:
     """CMI weights per type from calibration questions, and the type classifier over their embeddings."""
     names = [t if t is not None else UNTYPED for t in types]
     kinds = sorted(set(names))
     cmi = np.stack([conditional_mi([scores[i] for i in range(len(names)) if names[i] == t],
                                    [labels[i] for i in range(len(names)) if names[i] == t],
-                                   [active[i] for i in range(len(names)) if names[i] == t], n_bins) for t in kinds])
+                                   [active[i] for i in range(len(names)) if names[i] == t], bin_edges) for t in kinds])
     coef = intercept = None
     if len(kinds) > 1:
         from sklearn.linear_model import LogisticRegression

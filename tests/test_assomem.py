@@ -1,0 +1,153 @@
+import json
+
+import numpy as np
+import pytest
+
+from assomem_gpu.assomem import AssoMem, AssoMemConfig, make_assomem
+from assomem_gpu.calibrate import compute_features, cross_validated_rankings, folds_of, main as calibrate_main
+from assomem_gpu.data import load_dataset
+from assomem_gpu.encode import HashingEncoder, TransformersEncoder
+from assomem_gpu.eval.__main__ import main as eval_main
+from assomem_gpu.fusion import fixed_weights
+from assomem_gpu.retrieve import EmbeddedDataset
+
+from conftest import lme_item
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return TransformersEncoder()
+
+
+def synthetic_lme(tmp_path, n=12):
+    """Questions whose evidence is a user turn stating a fact, among distractor sessions on other topics."""
+    topics = ["cooking pasta", "fixing a bicycle", "learning piano", "growing tomatoes", "training a puppy",
+              "painting watercolours", "running a marathon", "knitting a scarf", "brewing coffee", "bird watching",
+              "writing poems", "chess openings"]
+    items = []
+    for q in range(n):
+        t = topics[q % len(topics)]
+        sessions = {f"answer_{q}": [("user", f"I have been {t} every weekend since March.", True),
+                                    ("assistant", f"That is great, {t} is a rewarding hobby.", False)]}
+        for j in range(4):
+            o = topics[(q + j + 1) % len(topics)]
+            sessions[f"s{q}_{j}"] = [("user", f"Can you give me tips about {o}?", False),
+                                     ("assistant", f"Sure, here are tips about {o}.", False)]
+        dates = [f"2023/04/{10 + j:02d} (Mon) 10:00" for j in range(5)]
+        items.append(lme_item(f"q{q}", f"How often have I been {t}?", sessions, dates,
+                              qtype=["single-session-user", "multi-session"][q % 2]))
+    path = tmp_path / "syn.json"
+    path.write_text(json.dumps(items))
+    return path
+
+
+def test_assomem_ranks_evidence_first_and_covers_memory(tmp_path, minilm):
+    data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), minilm)
+    method = AssoMem(AssoMemConfig(top_clues=2, min_candidates=2), fixed_weights(("relevance", "importance",
+                                                                                    "temporal", "lexical")), minilm)
+    qs = list(range(len(data.dataset.questions)))
+    rankings = method.rank(data, qs, depth=50)
+    hits = 0
+    for q, ranked in zip(data.dataset.questions, rankings):
+        memory = data.dataset.memory_utterances(q.memory)
+        assert sorted(ranked) == sorted(memory)  # candidates first, then the rest: every utterance once
+        hits += ranked[0] in q.evidence
+    assert hits >= 10
+
+
+def test_features_are_batch_invariant(tmp_path, minilm):
+    data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), minilm)
+    method = AssoMem(AssoMemConfig(), encoder=minilm)
+    together = method.features(data, [0, 1, 2, 3])
+    alone = [method.features(data, [q])[0] for q in (0, 1, 2, 3)]
+    for a, b in zip(together, alone):
+        assert np.array_equal(a.candidates, b.candidates) and np.allclose(a.scores, b.scores, atol=1e-5)
+
+
+def test_two_step_candidates_are_utterances_of_top_clues(tmp_path):
+    data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), HashingEncoder())
+    method = AssoMem(AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid"), encoder=None)
+    (f,) = method.features(data, [0])
+    g = method.graph(data, 0)
+    local = np.flatnonzero(np.isin(g.utterances, f.candidates))
+    assert len(set(g.utt_clue[local])) == 1 and len(f.candidates) < g.n_utt
+    (all_of_it,) = AssoMem(AssoMemConfig(clues=False, clue_mode="centroid")).features(data, [0])
+    assert len(all_of_it.candidates) == g.n_utt and len(all_of_it.rest) == 0
+
+
+def test_folds_are_disjoint_and_grouped_by_memory(lme_file, meetingqa_file):
+    data = EmbeddedDataset.build(load_dataset(f"longmemeval:{lme_file}"), HashingEncoder())
+    folds = folds_of(data, [0, 1, 2], 3)
+    assert sorted(np.concatenate(folds).tolist()) == [0, 1, 2]
+    single = EmbeddedDataset.build(load_dataset(f"meetingqa:{meetingqa_file}"), HashingEncoder())
+    folds = folds_of(single, [0, 1, 2, 3], 2)  # one memory: folds split the questions
+    assert sorted(np.concatenate(folds).tolist()) == [0, 1, 2, 3] and all(len(f) == 2 for f in folds)
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        folds_of(data, [0, 1], 1)
+
+
+class RecordingAssoMem(AssoMem):
+    """The real method, noting which questions each calibration sees."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.fitted_on: list[set[int]] = []
+        self.ranked: list[set[int]] = []
+
+    def fit(self, data, questions, feats):
+        self.fitted_on.append(set(questions))
+        return super().fit(data, questions, feats)
+
+    def fuse(self, feats, q_emb, fusion, depth):
+        self.ranked.append(len(feats))
+        return super().fuse(feats, q_emb, fusion, depth)
+
+
+def test_calibration_never_sees_evaluated_questions(tmp_path):
+    data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), HashingEncoder())
+    method = RecordingAssoMem(AssoMemConfig(), encoder=HashingEncoder())
+    qs = list(range(12))
+    rankings = cross_validated_rankings(method, data, qs, k=4, depth=50, progress=False)
+    assert len(rankings) == 12 and len(method.fitted_on) == 4
+    folds = folds_of(data, qs, 4)
+    for fitted, fold in zip(method.fitted_on, folds):
+        assert not fitted & set(fold.tolist()) and fitted | set(fold.tolist()) == set(qs)
+
+
+def test_hybrid_baselines_use_relevance_only():
+    for name in ("session-utterance", "session-summary", "topic-grouping"):
+        m = make_assomem(name, AssoMemConfig(), HashingEncoder())
+        assert m.config.signals == ("relevance",) and not m.needs_calibration and m.name == name
+    assert make_assomem("assomem", AssoMemConfig(), HashingEncoder()).needs_calibration
+
+
+def test_calibrate_then_apply_weights_elsewhere(tmp_path, meetingqa_file, capsys):
+    syn = synthetic_lme(tmp_path)
+    weights = tmp_path / "w.json"
+    assert calibrate_main(["--dataset", f"longmemeval:{syn}", "--output", str(weights), "--encoder", "hashing",
+                           "--quiet", "--top-clues", "2"]) == 0
+    saved = json.loads(weights.read_text())
+    assert saved["config"]["top_clues"] == 2 and set(saved["fusion"]["types"]) == {"single-session-user", "multi-session"}
+    out = tmp_path / "o.json"
+    assert eval_main(["--dataset", f"meetingqa:{meetingqa_file}", "--method", "assomem", "--weights", str(weights),
+                      "--encoder", "hashing", "--quiet", "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["results"]["assomem"]["metrics"]["all"]["n"] == 4
+    assert eval_main(["--dataset", f"meetingqa:{meetingqa_file}", "--method", "assomem", "--weights",
+                      str(tmp_path / "missing.json"), "--encoder", "hashing", "--quiet"]) == 2
+    assert "not a weights file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-temporal"], ["--no-importance"], ["--no-clues"], ["--fixed-weights"],
+                                   ["--no-lexical", "--speakers"]])
+def test_ablation_flags_run(tmp_path, flags):
+    out = tmp_path / "o.json"
+    assert eval_main(["--dataset", f"longmemeval:{synthetic_lme(tmp_path)}", "--method", "assomem", "--encoder",
+                      "hashing", "--quiet", "--folds", "3", "--output", str(out), *flags]) == 0
+    r10 = json.loads(out.read_text())["results"]["assomem"]["metrics"]["all"]["R@10"]
+    assert r10 > 0.9
+
+
+def test_bad_assomem_options_are_clear_errors(tmp_path, capsys):
+    assert eval_main(["--dataset", f"longmemeval:{synthetic_lme(tmp_path)}", "--method", "assomem", "--encoder",
+                      "hashing", "--damping", "1.5"]) == 2
+    assert "--damping" in capsys.readouterr().err

@@ -1,0 +1,73 @@
+import json
+
+import numpy as np
+import pytest
+
+from assomem_gpu.fusion import (FusionModel, conditional_mi, fit_fusion, fixed_weights, load_weights,
+                                mutual_information, quantile_bins, save_weights)
+
+
+def test_mutual_information_hand_computed():
+    # perfectly informative: bin 1 <=> label 1, p = 1/2 -> I = log 2
+    assert mutual_information(np.array([0, 0, 1, 1]), np.array([0, 0, 1, 1]), 2) == pytest.approx(np.log(2))
+    assert mutual_information(np.array([0, 1, 0, 1]), np.array([0, 0, 1, 1]), 2) == pytest.approx(0.0)
+    # bins {0: [0, 0, 1], 1: [1]}: I = sum p(b,y) log p(b,y)/(p(b)p(y))
+    b, y = np.array([0, 0, 0, 1]), np.array([0, 0, 1, 1])
+    expected = 0.5 * np.log(0.5 / (0.75 * 0.5)) + 0.25 * np.log(0.25 / (0.75 * 0.5)) + 0.25 * np.log(0.25 / (0.25 * 0.5))
+    assert mutual_information(b, y, 2) == pytest.approx(expected)
+
+
+def test_quantile_bins():
+    assert quantile_bins(np.arange(10.0), (0.5, 0.9)).tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 1, 2]
+
+
+def test_informative_signal_gets_the_weight():
+    rng = np.random.default_rng(0)
+    scores, labels, active = [], [], []
+    for _ in range(40):
+        lab = np.zeros(50, bool)
+        lab[rng.integers(50)] = True
+        good = rng.normal(size=50) + 4 * lab
+        scores.append(np.stack([good, rng.normal(size=50)], axis=1))
+        labels.append(lab)
+        active.append(np.array([True, True]))
+    cmi = conditional_mi(scores, labels, active, (0.9, 0.99))
+    assert cmi[0] > 5 * cmi[1]
+    emb = rng.normal(size=(40, 8)).astype(np.float32)
+    model = fit_fusion(["good", "noise"], [None] * 40, scores, labels, active, emb, (0.9, 0.99), 0.05)
+    w = model.weights(emb[:3], np.ones((3, 2), bool))
+    assert np.allclose(w.sum(axis=1), 1) and np.all(w[:, 0] > 0.9)
+    assert model.types == ["all"] and model.coef is None
+
+
+def test_classifier_mixes_type_weights_and_roundtrips(tmp_path):
+    rng = np.random.default_rng(1)
+    centres = {"a": np.eye(4)[0], "b": np.eye(4)[1]}
+    types = ["a"] * 20 + ["b"] * 20
+    emb = np.stack([centres[t] + 0.05 * rng.normal(size=4) for t in types]).astype(np.float32)
+    scores, labels = [], []
+    for t in types:  # signal 0 is informative for type a, signal 1 for type b
+        lab = np.zeros(30, bool)
+        lab[0] = True
+        s = rng.normal(size=(30, 2))
+        s[0, 0 if t == "a" else 1] += 5
+        scores.append(s)
+        labels.append(lab)
+    model = fit_fusion(["x", "y"], types, scores, labels, [np.ones(2, bool)] * 40, emb, (0.9, 0.99), 0.05)
+    w = model.weights(np.stack([centres["a"], centres["b"]]).astype(np.float32), np.ones((2, 2), bool))
+    assert w[0, 0] > 0.8 and w[1, 1] > 0.8
+    # an inactive signal gets no weight
+    assert model.weights(emb[:1], np.array([[True, False]]))[0].tolist() == [1.0, 0.0]
+    path = tmp_path / "w.json"
+    save_weights(path, model, {"top_clues": 3})
+    again, config = load_weights(path)
+    assert config == {"top_clues": 3}
+    assert np.allclose(again.weights(emb, np.ones((40, 2), bool)), model.weights(emb, np.ones((40, 2), bool)), atol=1e-6)
+
+
+def test_fixed_weights_are_uniform_and_bad_files_are_rejected(tmp_path):
+    assert fixed_weights(["a", "b", "c"]).weights(np.zeros((1, 4)), np.ones((1, 3), bool)).tolist() == [[1 / 3] * 3]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"nope": 1}))
+    with pytest.raises(ValueError, match="not a weights file"):
+        load_weights(bad)

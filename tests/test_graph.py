@@ -1,0 +1,66 @@
+import numpy as np
+import pytest
+
+from assomem_gpu.data import load_dataset
+from assomem_gpu.encode import HashingEncoder
+from assomem_gpu.graph import GraphConfig, build_graph, merge_clues, similarity_pairs
+from assomem_gpu.clues import centroid_embeddings, keyword_clues
+from assomem_gpu.retrieve import EmbeddedDataset
+
+
+def unit(rows):
+    a = np.asarray(rows, dtype=np.float32)
+    return a / np.linalg.norm(a, axis=1, keepdims=True)
+
+
+def test_similarity_pairs_threshold_and_self_loops():
+    emb = unit([[1, 0], [0.99, 0.1], [0, 1], [0.1, 0.99]])
+    i, j, v = similarity_pairs(emb, 0.9, k=3)
+    assert set(zip(i.tolist(), j.tolist())) == {(0, 1), (1, 0), (2, 3), (3, 2)}
+    assert np.all(v > 0.9)
+
+
+def test_merge_is_transitive():
+    # a~b and b~c above δ, a~c below: one clue for all three (connected components), d alone
+    a, b, c = [1, 0, 0], [0.9, 0.436, 0], [0.62, 0.785, 0]
+    emb = unit([a, b, c, [0, 0, 1]])
+    sims = emb @ emb.T
+    assert sims[0, 1] > 0.85 and sims[1, 2] > 0.85 and sims[0, 2] < 0.85
+    labels = merge_clues(emb, 0.85)
+    assert labels[0] == labels[1] == labels[2] != labels[3]
+
+
+@pytest.fixture
+def data(lme_file):
+    return EmbeddedDataset.build(load_dataset(f"longmemeval:{lme_file}"), HashingEncoder())
+
+
+def test_graph_edges_and_csr(data):
+    ds = data.dataset
+    clue_emb = centroid_embeddings(ds.bank, data.utterances)
+    g = build_graph(ds, 0, data.utterances, clue_emb, GraphConfig(delta=0.99, gamma=0.99, adjacency_weight=0.5))
+    assert g.n_utt == 6 and g.n_clues == 3 and g.n_nodes == 9
+    adj = g.adjacency.toarray()
+    assert np.allclose(adj, adj.T)
+    for i in range(g.n_utt):  # ownership: each utterance to its session's clue, weight 1
+        assert adj[i, g.n_utt + g.utt_clue[i]] == 1.0
+    assert adj[0, 1] == 0.5 and adj[1, 2] == 0  # consecutive turns of one session only
+    m = g.transition().toarray()
+    assert np.allclose(m.sum(axis=0), 1)
+
+
+def test_speaker_nodes(locomo_file):
+    ds = load_dataset(f"locomo:{locomo_file}")
+    data = EmbeddedDataset.build(ds, HashingEncoder())
+    g = build_graph(ds, 0, data.utterances, centroid_embeddings(ds.bank, data.utterances), GraphConfig(speakers=True))
+    assert g.n_speakers == 2  # Caroline and Melanie
+    adj = g.adjacency.toarray()
+    first_speaker = g.n_utt + g.n_clues
+    assert adj[0, first_speaker] == 1 and adj[1, first_speaker + 1] == 1  # utterance 0 by Caroline, 1 by Melanie
+
+
+def test_keyword_clues_name_the_session(lme_file):
+    ds = load_dataset(f"longmemeval:{lme_file}")
+    clues = keyword_clues(ds.bank)
+    assert "commute" in clues[ds.bank.session_index("answer_s1")]
+    assert "banana" in clues[ds.bank.session_index("noise_a")]
