@@ -62,19 +62,31 @@ class MemoryGraph:
 
 
 def similarity_pairs(emb: np.ndarray, threshold: float, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pairs (i, j, cosine), i != j, with cosine > threshold among each row's ``k`` nearest neighbours (FAISS)."""
+    """Pairs (i, j, cosine), i != j, with cosine > threshold, at most the ``k`` most similar per row.
+
+    FAISS range search finds every pair above the threshold; cosines are rounded to 1e-6 so that equal vectors tie
+    exactly, and ties are broken by the lower index, which makes the edge set independent of BLAS rounding.
+    """
     n = len(emb)
     if n < 2 or k < 1:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
     import faiss
 
-    index = faiss.IndexFlatIP(emb.shape[1])
-    index.add(np.ascontiguousarray(emb, dtype=np.float32))
-    sims, nbrs = index.search(np.ascontiguousarray(emb, dtype=np.float32), min(k + 1, n))
-    rows = np.repeat(np.arange(n), nbrs.shape[1])
-    cols, vals = nbrs.ravel(), sims.ravel()
-    keep = (cols >= 0) & (cols != rows) & (vals > threshold)
-    return rows[keep], cols[keep].astype(np.int64), vals[keep]
+    x = np.ascontiguousarray(emb, dtype=np.float32)
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x)
+    lims, sims, cols = index.range_search(x, float(threshold) - 1e-4)
+    rows = np.repeat(np.arange(n), np.diff(lims).astype(np.int64))
+    cols = cols.astype(np.int64)
+    sims = np.round(sims.astype(np.float64), 6)
+    keep = (cols != rows) & (sims > threshold)
+    rows, cols, sims = rows[keep], cols[keep], sims[keep]
+    order = np.lexsort((cols, -sims, rows))  # per row: most similar first, then lower index
+    rows, cols, sims = rows[order], cols[order], sims[order]
+    starts = np.searchsorted(rows, rows, side="left")
+    rank = np.arange(len(rows)) - starts
+    top = rank < k
+    return rows[top], cols[top], sims[top].astype(np.float32)
 
 
 def merge_clues(session_emb: np.ndarray, delta: float) -> np.ndarray:
@@ -82,7 +94,7 @@ def merge_clues(session_emb: np.ndarray, delta: float) -> np.ndarray:
     n = len(session_emb)
     if n == 0:
         return np.zeros(0, np.int64)
-    i, j, _ = similarity_pairs(session_emb, delta, k=min(n - 1, 64))
+    i, j, _ = similarity_pairs(session_emb, delta, k=n)
     graph = sp.csr_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
     _, labels = connected_components(graph, directed=False)
     return labels.astype(np.int64)

@@ -1,0 +1,166 @@
+"""A reference implementation of the AssoMem ranking in plain networkx + numpy, written to be obvious, not fast.
+
+One question at a time: build the memory's graph node by node and edge by edge with networkx, run eq. 2 as a dense
+power iteration, pick the two-step candidates, normalise and fuse the signals. The fast path (``assomem.py``) must give
+the same top-10; tests and the bench compare them. BM25 scores and the temporal signal come from the same modules
+as the fast path (they are per-question already); everything graph-shaped is rebuilt here.
+"""
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from .assomem import AssoMem
+from .fusion import FusionModel
+from .retrieve import EmbeddedDataset
+from .signals.lexical import BM25Index
+
+
+def reference_graph(data: EmbeddedDataset, memory: int, session_clue_emb: np.ndarray, method: AssoMem) -> tuple:
+    """(networkx graph, utterance rows, clue of each utterance, clue embeddings) for one memory."""
+    ds, cfg = data.dataset, method.config.graph
+    sessions = list(ds.memories[memory].sessions)
+    # merge clues: sessions linked when cosine > δ among each one's nearest neighbours; components are clues
+    merge = nx.Graph()
+    merge.add_nodes_from(range(len(sessions)))
+    sims = _cosines(session_clue_emb[sessions])
+    for i in range(len(sessions)):
+        for j in range(len(sessions)):
+            if i != j and sims[i, j] > cfg.delta:
+                merge.add_edge(i, j)
+    components = sorted((sorted(c) for c in nx.connected_components(merge)), key=lambda c: c[0])
+    clue_of_session = {sessions[s]: c for c, members in enumerate(components) for s in members}
+    clue_emb = np.stack([_normalise(session_clue_emb[[sessions[s] for s in members]].sum(axis=0))
+                         for members in components])
+    utterances, utt_clue, turn_pairs = [], [], []
+    for s in sessions:
+        rows = list(range(ds.bank.offsets[s], ds.bank.offsets[s + 1]))
+        turn_pairs += [(len(utterances) + k, len(utterances) + k + 1) for k in range(len(rows) - 1)]
+        utterances += rows
+        utt_clue += [clue_of_session[s]] * len(rows)
+    n_u, n_c = len(utterances), len(components)
+    g = nx.Graph()
+    g.add_nodes_from(range(n_u + n_c))
+    weights: dict[tuple[int, int], float] = {}
+
+    def add(a: int, b: int, w: float, directed_sum: dict) -> None:
+        directed_sum[(a, b)] = directed_sum.get((a, b), 0.0) + w
+
+    directed: dict[tuple[int, int], float] = {}
+    for u in range(n_u):
+        add(u, n_u + utt_clue[u], 1.0, directed)
+    csims = _cosines(clue_emb)
+    for i in range(n_c):
+        for j in _neighbours(csims[i], i, cfg.max_neighbors):
+            if csims[i, j] > cfg.gamma:
+                add(n_u + i, n_u + j, float(csims[i, j]), directed)
+    emb = data.utterances[utterances]
+    usims = _cosines(emb)
+    for i in range(n_u):
+        for j in _neighbours(usims[i], i, cfg.max_neighbors):
+            if usims[i, j] > cfg.gamma:
+                add(i, j, float(usims[i, j]), directed)
+    if cfg.adjacency_weight > 0:
+        for a, b in turn_pairs:
+            add(a, b, cfg.adjacency_weight, directed)
+    for (a, b), w in directed.items():  # symmetric: the larger of the two directions
+        weights[(min(a, b), max(a, b))] = max(weights.get((min(a, b), max(a, b)), 0.0), w)
+    for (a, b), w in weights.items():
+        g.add_edge(a, b, weight=w)
+    if not method.config.clues:
+        g.remove_nodes_from(range(n_u, n_u + n_c))
+        g = nx.convert_node_labels_to_integers(g, ordering="sorted")
+        n_c = 0
+    return g, np.asarray(utterances), np.asarray(utt_clue), clue_emb, n_c
+
+
+def _cosines(emb: np.ndarray) -> np.ndarray:
+    """All pairwise cosines, rounded to 1e-6 as the fast path rounds them (equal vectors tie exactly)."""
+    return np.round(emb.astype(np.float64) @ emb.astype(np.float64).T, 6)
+
+
+def _neighbours(row: np.ndarray, self_index: int, k: int) -> list[int]:
+    """The ``k`` most similar other nodes (ties: lower index first)."""
+    order = [j for j in np.argsort(-row, kind="stable") if j != self_index]
+    return order[:k]
+
+
+def _normalise(v: np.ndarray) -> np.ndarray:
+    return v / max(np.linalg.norm(v), 1e-12)
+
+
+def reference_ppr(g: nx.Graph, t: np.ndarray, damping: float, tol: float, max_iter: int) -> np.ndarray:
+    """Eq. 2 as written: r ← d·M·r + (1−d)·t from r = t, M column-normalised (an isolated node keeps its mass)."""
+    a = nx.to_numpy_array(g, nodelist=sorted(g.nodes), weight="weight")
+    deg = a.sum(axis=0)
+    for i in np.flatnonzero(deg == 0):
+        a[i, i], deg[i] = 1.0, 1.0
+    m = a / deg
+    r = t.copy()
+    for _ in range(max_iter):
+        nxt = damping * m @ r + (1 - damping) * t
+        done = np.abs(nxt - r).sum() < tol
+        r = nxt
+        if done:
+            break
+    return r
+
+
+def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion: FusionModel, k: int = 10) -> list[int]:
+    """Top-``k`` bank utterance rows for one question, the slow and obvious way."""
+    ds, cfg = data.dataset, method.config
+    q = ds.questions[question]
+    g, utterances, utt_clue, clue_emb, n_c = reference_graph(data, q.memory, method._clue_emb(data), method)
+    q_emb = data.questions[question]
+    rel = data.utterances[utterances] @ q_emb
+    if cfg.clues and n_c:
+        best = np.array([rel[utt_clue == c].max() for c in range(n_c)])
+        clue_score = cfg.clue_mix * (clue_emb @ q_emb) + (1 - cfg.clue_mix) * best
+        order = list(np.argsort(-clue_score, kind="stable"))
+        chosen, count = [], 0
+        for c in order:
+            if len(chosen) >= cfg.top_clues and count >= cfg.min_candidates:
+                break
+            chosen.append(c)
+            count += int((utt_clue == c).sum())
+        local = np.array([i for i in range(len(utterances)) if utt_clue[i] in chosen])
+    else:
+        local = np.arange(len(utterances))
+    columns, active = [], []
+    for name in cfg.signals:
+        if name == "relevance":
+            col = rel[local]
+        elif name == "importance":
+            t = np.zeros(g.number_of_nodes())
+            t[: len(utterances)] = np.clip(rel, 0, None)
+            t = t / t.sum() if t.sum() > 0 else np.r_[np.full(len(utterances), 1 / len(utterances)),
+                                                        np.zeros(g.number_of_nodes() - len(utterances))]
+            r = reference_ppr(g, t, cfg.damping, cfg.tol, cfg.max_iter)
+            col = np.log(np.maximum(r[local], 1e-30))
+        elif name == "lexical":
+            texts = ds.bank.encoded_texts()
+            col = BM25Index([texts[i] for i in utterances]).scores([q.text])[0][local]
+        else:
+            col = method._temporal(ds, question, _Utterances(utterances), local, ds.utterance_times(q.memory))
+        col = np.asarray(col, dtype=np.float64)
+        z = (col - col.mean()) / col.std() if col.std() > 1e-12 else np.zeros_like(col)
+        columns.append(z)
+        active.append(bool(np.any(z != 0)) if name == "temporal" else True)
+    w = fusion.weights(q_emb[None], np.asarray([active]))[0]
+    fused = np.zeros(len(local))
+    for d, z in enumerate(columns):
+        e = np.exp((z - z.max()) / cfg.temperature)
+        fused += w[d] * e / e.sum()
+    order = sorted(range(len(local)), key=lambda i: (-fused[i], i))
+    ranked = [int(utterances[local[i]]) for i in order]
+    if len(ranked) < k:
+        rest = [i for i in range(len(utterances)) if i not in set(local.tolist())]
+        ranked += [int(utterances[i]) for i in sorted(rest, key=lambda i: (-rel[i], i))]
+    return ranked[:k]
+
+
+class _Utterances:
+    """The one attribute of a MemoryGraph the temporal signal reads."""
+
+    def __init__(self, utterances: np.ndarray):
+        self.utterances = utterances
