@@ -27,6 +27,7 @@ class AssoMemConfig:
     graph: GraphConfig = field(default_factory=GraphConfig)
     signals: tuple[str, ...] = SIGNALS
     clue_mode: str = "keywords"
+    llm: str = "smollm2"  # the LLM of clue_mode "llm" (see llm.make_llm)
     clues: bool = True  # False (--no-clues): no clue nodes, every utterance of the memory is a candidate
     top_clues: int = 5  # K of the two-step retrieval
     min_candidates: int = 50  # more clues are taken, best first, until the candidates reach this many
@@ -96,9 +97,9 @@ class AssoMem:
             bank = data.dataset.bank
             texts = keyword_clues(bank) if self.config.clue_mode == "keywords" else None
             if self.config.clue_mode == "llm":
-                from .llm import llm_clues
+                from .llm import llm_clues, make_llm
 
-                texts = llm_clues(bank)
+                texts = llm_clues(bank, make_llm(self.config.llm))
             self._prepared = (id(data), clue_embeddings(bank, data.utterances, self.config.clue_mode, self.encoder, texts))
             self._graphs.clear(), self._lexical.clear()
         return self._prepared[1]

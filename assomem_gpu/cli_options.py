@@ -15,6 +15,7 @@ def add_assomem_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--top-clues", type=int, default=d.top_clues, help="K: clues retrieved in the first step")
     a.add_argument("--min-candidates", type=int, default=d.min_candidates, help="take more clues until this many candidates")
     a.add_argument("--clue-mode", choices=CLUE_MODES, default=d.clue_mode, help="how session clues are made")
+    a.add_argument("--llm", default=d.llm, help="LLM of --clue-mode llm: smollm2, hf:<model>[::<gguf>], openai:<url>#<model>")
     a.add_argument("--clue-mix", type=float, default=d.clue_mix, help="weight of the clue embedding in a clue's score")
     a.add_argument("--delta", type=float, default=g.delta, help="δ: clue merge threshold")
     a.add_argument("--gamma", type=float, default=g.gamma, help="γ: similarity-edge threshold")
@@ -54,7 +55,7 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
         raise ValueError("every signal is switched off")
     graph = GraphConfig(delta=args.delta, gamma=args.gamma, max_neighbors=args.max_neighbors,
                         adjacency_weight=args.adjacency_weight, speakers=args.speakers)
-    return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, clues=not args.no_clues,
+    return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, llm=args.llm, clues=not args.no_clues,
                          top_clues=args.top_clues, min_candidates=args.min_candidates, clue_mix=args.clue_mix,
                          damping=args.damping, temperature=args.temperature,
                          weight_temperature=args.weight_temperature, bin_edges=tuple(args.bin_edges))

@@ -1,0 +1,98 @@
+"""LLM clues with the bundled SmolLM2 (real weights, via transformers) and through a real OpenAI-compatible HTTP server."""
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from assomem_gpu.assomem import AssoMem, AssoMemConfig
+from assomem_gpu.data import load_dataset
+from assomem_gpu.encode import HashingEncoder
+from assomem_gpu.llm import ClueCache, OpenAICompatibleLLM, llm_clues, make_llm, session_prompt
+from assomem_gpu.retrieve import EmbeddedDataset
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return make_llm("smollm2")
+
+
+@pytest.fixture
+def two_sessions(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in [
+        {"type": "session", "id": "a", "utterances": [{"speaker": "user", "text": "How do I care for leather boots?"},
+                                                       {"speaker": "assistant", "text": "Condition them monthly."}]},
+        {"type": "session", "id": "b", "utterances": [{"speaker": "user", "text": "Plan a trip to Lisbon in April."}]},
+    ]))
+    return load_dataset(f"jsonl:{path}")
+
+
+class CountingLLM:
+    """Wraps a real LLM and counts the prompts it is asked."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.calls = inner, inner.name, 0
+
+    def chat(self, prompts, max_new_tokens=48):
+        self.calls += len(prompts)
+        return self.inner.chat(prompts, max_new_tokens)
+
+
+def test_bundled_smollm2_writes_cached_clues(tmp_path, smollm2, two_sessions):
+    llm = CountingLLM(smollm2)
+    cache = ClueCache(tmp_path / "c.sqlite")
+    clues = llm_clues(two_sessions.bank, llm, cache, progress=False)
+    assert len(clues) == 2 and all(isinstance(c, str) and c for c in clues) and llm.calls == 2
+    assert llm_clues(two_sessions.bank, llm, ClueCache(tmp_path / "c.sqlite"), progress=False) == clues
+    assert llm.calls == 2  # second run: all from the cache
+    assert "Dialogue session: user: How do I care for leather boots?" in session_prompt(two_sessions.bank, 0)
+
+
+def test_openai_compatible_endpoint_on_loopback(smollm2):
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path != "/v1/chat/completions" or body["model"] != "smol":
+                self.send_response(404)
+                self.end_headers()
+                return
+            (text,) = smollm2.chat([body["messages"][-1]["content"]], body["max_tokens"])
+            data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        remote = make_llm(f"openai:{url}#smol")
+        assert isinstance(remote, OpenAICompatibleLLM)
+        prompt = "Name one colour."
+        assert remote.chat([prompt], 8) == smollm2.chat([prompt], 8)
+        with pytest.raises(RuntimeError, match="failed"):
+            make_llm(f"openai:{url}#other-model").chat([prompt], 8)
+    finally:
+        server.shutdown()
+
+
+def test_llm_clue_mode_feeds_the_graph(tmp_path, monkeypatch, smollm2, two_sessions):
+    monkeypatch.setenv("ASSOMEM_CACHE_DIR", str(tmp_path / "cache"))
+    llm_clues(two_sessions.bank, smollm2, progress=False)  # warm the clue cache the method will read
+    enc = HashingEncoder()
+    data = EmbeddedDataset.build(two_sessions, enc)
+    method = AssoMem(AssoMemConfig(clue_mode="llm"), encoder=enc)
+    emb = method._clue_emb(data)
+    assert emb.shape == (2, enc.dim) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+
+
+def test_bad_llm_spec():
+    with pytest.raises(ValueError, match="LLM must be"):
+        make_llm("gpt-9000")
