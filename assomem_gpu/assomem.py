@@ -82,7 +82,7 @@ class AssoMem:
         if unknown or not config.signals:
             raise ValueError(f"signals must be a non-empty subset of {SIGNALS}, got {config.signals}")
         self.config, self.fusion, self.encoder, self.name = config, fusion, encoder, name
-        self._prepared: tuple[int, np.ndarray] | None = None
+        self._data_id: int | None = None  # graphs and BM25 indexes below belong to this dataset
         self._graphs: dict[int, MemoryGraph] = {}
         self._lexical: dict[int, BM25Index] = {}
         self._mentions: dict[tuple[int, float], np.ndarray] = {}
@@ -93,16 +93,23 @@ class AssoMem:
 
     # ---- per-dataset state -------------------------------------------------------------------------------------
     def _clue_emb(self, data: EmbeddedDataset) -> np.ndarray:
-        if self._prepared is None or self._prepared[0] != id(data):
+        """Clue embedding of every bank session, derived once per dataset and clue mode."""
+        if self._data_id != id(data):
+            self._data_id = id(data)
+            self._graphs.clear(), self._lexical.clear()
+        mode = self.config.clue_mode
+        key = ("clues", mode, self.config.llm if mode == "llm" else None)
+        if key not in data.derived:
             bank = data.dataset.bank
-            texts = keyword_clues(bank) if self.config.clue_mode == "keywords" else None
-            if self.config.clue_mode == "llm":
+            texts = None
+            if mode == "keywords":
+                texts = keyword_clues(bank)
+            elif mode == "llm":
                 from .llm import llm_clues, make_llm
 
                 texts = llm_clues(bank, make_llm(self.config.llm))
-            self._prepared = (id(data), clue_embeddings(bank, data.utterances, self.config.clue_mode, self.encoder, texts))
-            self._graphs.clear(), self._lexical.clear()
-        return self._prepared[1]
+            data.derived[key] = clue_embeddings(bank, data.utterances, mode, self.encoder, texts)
+        return data.derived[key]
 
     def graph(self, data: EmbeddedDataset, memory: int) -> MemoryGraph:
         clue_emb = self._clue_emb(data)

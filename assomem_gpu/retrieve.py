@@ -5,7 +5,7 @@ A method's ``rank(data, questions, depth)`` returns, per question, the bank utte
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
@@ -21,6 +21,7 @@ class EmbeddedDataset:
     dataset: Dataset
     utterances: np.ndarray  # (n_utterances, dim) float32, rows aligned with the bank
     questions: np.ndarray  # (n_questions, dim) float32
+    derived: dict = field(default_factory=dict, repr=False)  # arrays methods derive once per dataset (clue embeddings)
 
     @classmethod
     def build(cls, ds: Dataset, encoder: Encoder) -> "EmbeddedDataset":

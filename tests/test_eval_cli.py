@@ -47,7 +47,9 @@ def test_export_depth_is_at_least_fifty(tmp_path):
 def test_several_methods_and_per_type_results(tmp_path, lme_file):
     out = tmp_path / "o.json"
     assert main(["--dataset", f"longmemeval:{lme_file}", "--method", "flat-dense,bm25,session-flat", "--encoder",
-                 "hashing", "--quiet", "--output", str(out)]) == 0
+                 "hashing", "--quiet", "--output", str(out), "--plot", str(tmp_path / "plots")]) == 0
+    for name in ("recall_at_k.png", "recall10_by_type.png"):
+        assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"flat-dense", "bm25", "session-flat"}
     m = report["results"]["bm25"]["metrics"]

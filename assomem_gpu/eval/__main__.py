@@ -104,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         "results": {r.method: r.to_json() for r in results},
     }
     print_report(report)
+    if args.plot:
+        from .plots import write_plots
+
+        for path in write_plots(args.plot, ds, results, args.dataset.split(":", 1)[0]):
+            print(f"wrote {path}")
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
