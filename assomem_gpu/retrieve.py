@@ -97,19 +97,13 @@ class BM25:
     name = "bm25"
 
     def rank(self, data: EmbeddedDataset, questions: Sequence[int], depth: int) -> list[np.ndarray]:
-        import bm25s
-        import Stemmer
+        from .signals.lexical import BM25Index
 
-        stemmer = Stemmer.Stemmer("english")
         texts = data.dataset.bank.encoded_texts()
 
         def score(cand: np.ndarray, group: list[int]) -> np.ndarray:
-            index = bm25s.BM25()
-            index.index(bm25s.tokenize([texts[i] for i in cand], stopwords="en", stemmer=stemmer, show_progress=False),
-                        show_progress=False)
-            queries = bm25s.tokenize([data.dataset.questions[q].text for q in group], stopwords="en", stemmer=stemmer,
-                                     return_ids=False, show_progress=False)
-            return np.stack([index.get_scores(tokens) for tokens in queries])
+            index = BM25Index([texts[i] for i in cand])
+            return index.scores([data.dataset.questions[q].text for q in group])
 
         return rank_by_memory(data, questions, depth, score)
 
