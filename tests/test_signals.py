@@ -64,6 +64,7 @@ def test_teleport_clips_negatives_and_skips_clues():
     ("What happened in March 2023?", "2023-03-01", "2023-04-01", None),
     ("What did I do last Saturday?", "2023-05-26", "2023-05-29", None),
     ("What is my current job?", None, None, "latest"),
+    ("How many poems have I written since I started three weeks ago?", "2023-05-02", "2023-05-30", None),
     ("How many days ago did I buy the shoes?", None, None, None),
     ("How long is my commute?", None, None, None),
 ])
@@ -86,5 +87,9 @@ def test_temporal_scores_window_and_order():
              np.array([Q - 60 * DAY, Q - 3 * DAY])]  # the last mentions a time inside the window
     s = temporal_scores(c, times)
     assert s[0] == 1 and 0 < s[1] < 1 and s[2] == 0 and s[3] == 1
+    # a session reporting the window's events up to REPORT_LAG later still matches fully
+    early = TimeConstraint(Q - 40 * DAY, Q - 30 * DAY)
+    lagged = temporal_scores(early, [np.array([Q - 20 * DAY]), np.array([Q - 2 * DAY]), np.array([Q - 45 * DAY])])
+    assert lagged[0] == 1 and lagged[1] < 1 and lagged[2] < 1
     latest = temporal_scores(TimeConstraint(order="latest"), [np.array([Q - 9 * DAY]), np.array([Q - DAY])])
     assert latest[1] > latest[0]

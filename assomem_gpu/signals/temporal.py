@@ -1,9 +1,10 @@
 """Temporal match: a question's time constraint against utterance times.
 
 The question's time expressions are resolved against its date with dateparser into a window (``two weeks ago``,
-``last month``, ``in May``, ``on March 3``) or an ordering intent (``most recent``, ``first time``). An utterance's
-times are its session date plus the dates its own time expressions resolve to, relative to that session date.
-Questions without either get no temporal signal (and no temporal weight).
+``last month``, ``in May``, ``on March 3``; ``since`` stretches it to the question date) or an ordering intent
+(``most recent``, ``first time``). An utterance's times are its session date plus the dates its own time expressions
+resolve to, relative to that session date. People report events after they happen, so a session dated up to
+``REPORT_LAG`` after the window still matches fully. Questions without either get no temporal signal (and no weight).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 
 DAY = 86_400.0
+REPORT_LAG = 14 * DAY  # how long after an event a session may still be the one reporting it
 _UNITS = {"day": DAY, "week": 7 * DAY, "month": 30.44 * DAY, "year": 365.25 * DAY}
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
             "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2, "a few": 3, "few": 3}
@@ -29,6 +31,7 @@ _ABSOLUTE = re.compile(rf"\b(?:(?:{_MONTHS})(?:\s+\d{{1,2}}(?:st|nd|rd|th)?)?(?:
                        rf"(?:of\s+)?(?:{_MONTHS})(?:,?\s+\d{{4}})?|\d{{4}}[/-]\d{{1,2}}[/-]\d{{1,2}}|(?:in|during)\s+\d{{4}})\b", re.I)
 _LATEST = re.compile(r"\b(most recent(?:ly)?|latest|last time|currently|current|right now|these days|nowadays|"
                      r"at the moment|recently|lately|now)\b", re.I)
+_SINCE = re.compile(r"\b(since|ever since)\b", re.I)
 _EARLIEST = re.compile(r"\b(first time|earliest|originally|initially|at first|used to)\b", re.I)
 
 
@@ -120,7 +123,8 @@ def parse_constraint(question: str, date: float) -> TimeConstraint:
     spans = windows(question, date)
     order = "latest" if _LATEST.search(question) else "earliest" if _EARLIEST.search(question) else None
     if spans:
-        return TimeConstraint(min(s for s, _ in spans), max(e for _, e in spans), order)
+        end = date if _SINCE.search(question) else max(e for _, e in spans)
+        return TimeConstraint(min(s for s, _ in spans), end, order)
     return TimeConstraint(order=order)
 
 
@@ -132,7 +136,8 @@ def mentions_time(text: str) -> bool:
 def temporal_scores(constraint: TimeConstraint, times: list[np.ndarray]) -> np.ndarray:
     """Score of each candidate, given its known times (session date first, then times it mentions).
 
-    Window: 1 inside, decaying as exp(−distance / window length) outside (the best of a candidate's times).
+    Window: 1 from its start to ``REPORT_LAG`` after its end, decaying as exp(−distance / window length) outside
+    (the best of a candidate's times).
     Ordering: the candidate's session date ranked among the candidates (1 = latest for "latest", earliest otherwise),
     added to the window score when both are present. Unknown times score 0.
     """
@@ -143,7 +148,7 @@ def temporal_scores(constraint: TimeConstraint, times: list[np.ndarray]) -> np.n
         for i, ts in enumerate(times):
             ts = ts[~np.isnan(ts)]
             if len(ts):
-                dist = np.maximum(constraint.start - ts, 0) + np.maximum(ts - constraint.end, 0)
+                dist = np.maximum(constraint.start - ts, 0) + np.maximum(ts - constraint.end - REPORT_LAG, 0)
                 score[i] = float(np.exp(-dist / width).max())
     if constraint.order is not None:
         first = np.array([t[0] if len(t) else np.nan for t in times], dtype=np.float64)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Reproduces the README results tables: every method and ablation on MeetingQA and the LongMemEval_S dev split
+# (cross-validated), and LongMemEval grown to 2,500 sessions per question (seeded 60-question subset).
+# Writes benchmarks/results/*.json and benchmarks/results/plots/*/*.png. Needs ../shared/data.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=benchmarks/results
+MQA=meetingqa:../shared/data/meetingqa/meeting_qa_raw.json
+LME=longmemeval:../shared/data/longmemeval/longmemeval_s_dev.json.gz
+METHODS=flat-dense,bm25,session-flat,session-utterance,session-summary,topic-grouping,assomem
+run() { python -m assomem_gpu.eval --quiet "$@"; }
+for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
+  set -- $pair
+  run --dataset "$2" --method "$METHODS" --output "$OUT/$1_methods.json" --plot "$OUT/plots/$1"
+  for ablation in no-temporal no-importance no-lexical no-clues fixed-weights; do
+    run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json"
+  done
+done
+run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method flat-dense,bm25,session-utterance,topic-grouping,assomem \
+    --output "$OUT/longmemeval_l2500_methods.json"
