@@ -29,15 +29,15 @@ class AssoMemConfig:
     clue_mode: str = "keywords"
     llm: str = "smollm2"  # the LLM of clue_mode "llm" (see llm.make_llm)
     clues: bool = True  # False (--no-clues): no clue nodes, every utterance of the memory is a candidate
-    top_clues: int = 5  # K of the two-step retrieval
+    top_clues: int = 10  # K of the two-step retrieval
     min_candidates: int = 50  # more clues are taken, best first, until the candidates reach this many
     clue_mix: float = 0.5  # clue score = mix·cos(q, clue) + (1 − mix)·max cos(q, utterance of the clue)
-    damping: float = 0.85  # d of eq. 2
+    damping: float = 0.5  # d of eq. 2
     tol: float = 1e-6
     max_iter: int = 100
-    temperature: float = 1.0  # T of the per-signal softmax over a question's candidates
+    temperature: float = 4.0  # T of the per-signal softmax over a question's candidates
     weight_temperature: float = 0.05  # T of softmax(U / T), U = CMI / H(λ) in [0, 1]
-    bin_edges: tuple[float, ...] = (0.9, 0.99)  # quantile edges of the low / medium / high score bins
+    bin_edges: tuple[float, ...] = (0.5, 0.9)  # quantile edges of the low / medium / high score bins
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -115,6 +115,8 @@ class AssoMem:
         clue_emb = self._clue_emb(data)
         if memory not in self._graphs:
             cfg = self.config.graph
+            if "importance" not in self.config.signals:  # no PageRank: only clues and ownership are needed
+                cfg = replace(cfg, max_neighbors=0, adjacency_weight=0.0, speakers=False)
             self._graphs[memory] = build_graph(data.dataset, memory, data.utterances, clue_emb, cfg)
             if not self.config.clues:
                 self._graphs[memory] = _without_clues(self._graphs[memory])

@@ -1,7 +1,7 @@
 """Fusion weights from conditional mutual information (paper eq. 3) and the question-type classifier.
 
 For each question type q and signal d, candidates' normalised scores are cut into bins (low / medium / high at
-quantile edges, default the 90th and 99th percentile: evidence is sparse, so "high" must be the top sliver) and paired
+quantile edges, default the median and the 90th percentile: evidence is sparse, so "high" is a top sliver) and paired
 with their usefulness label λ (evidence or not); CMI_d(q) = I(bin; λ | type = q). Weights are
 softmax(U / T_w) with U = CMI / H(λ | q), the CMI as a share of the label's entropy, so that one temperature suits
 types whose evidence rates differ. At inference a logistic-regression classifier over question embeddings predicts the

@@ -22,7 +22,7 @@ from .memory import Dataset
 
 @dataclass(frozen=True)
 class GraphConfig:
-    delta: float = 0.8  # clue merge threshold δ
+    delta: float = 0.7  # clue merge threshold δ
     gamma: float = 0.7  # similarity-edge threshold γ (clue–clue and utterance–utterance)
     max_neighbors: int = 10  # similarity edges kept per node (the strongest above γ)
     adjacency_weight: float = 1.0  # weight of edges between consecutive turns; 0 = none
