@@ -10,10 +10,12 @@ from typing import Sequence
 
 import numpy as np
 
+from .backend import Backend, get_backend
 from .clues import clue_embeddings, keyword_clues
 from .encode import Encoder
 from .fusion import FusionModel, fit_fusion, fixed_weights
 from .graph import GraphConfig, MemoryGraph, build_graph
+from .kernels.fused_topk import MAX_K
 from .retrieve import EmbeddedDataset, by_memory, top_k
 from .signals.importance import personalized_pagerank, stack_block_diagonal, teleport
 from .signals.lexical import BM25Index
@@ -67,21 +69,16 @@ def zscore(x: np.ndarray) -> np.ndarray:
     return (x - x.mean()) / sd if sd > 1e-12 else np.zeros_like(x)
 
 
-def softmax(x: np.ndarray, temperature: float, axis: int = 0) -> np.ndarray:
-    z = x / temperature
-    z = np.exp(z - z.max(axis=axis, keepdims=True))
-    return z / z.sum(axis=axis, keepdims=True)
-
-
 class AssoMem:
     """``assomem`` and, with other configs, the paper's hybrid baselines (see ``HYBRID_BASELINES``)."""
 
     def __init__(self, config: AssoMemConfig = AssoMemConfig(), fusion: FusionModel | None = None,
-                 encoder: Encoder | None = None, name: str = "assomem"):
+                 encoder: Encoder | None = None, name: str = "assomem", backend: Backend | None = None):
         unknown = set(config.signals) - set(SIGNALS)
         if unknown or not config.signals:
             raise ValueError(f"signals must be a non-empty subset of {SIGNALS}, got {config.signals}")
         self.config, self.fusion, self.encoder, self.name = config, fusion, encoder, name
+        self.backend = backend or get_backend("auto")
         self._data_id: int | None = None  # graphs and BM25 indexes below belong to this dataset
         self._graphs: dict[int, MemoryGraph] = {}
         self._lexical: dict[int, BM25Index] = {}
@@ -178,7 +175,10 @@ class AssoMem:
         teleports = [teleport(data.utterances[graphs[m].utterances], data.questions[groups[m]], graphs[m].n_nodes)
                      for m in mems]
         stacked, tele, starts = stack_block_diagonal(transitions, teleports)
-        r, _ = personalized_pagerank(stacked, tele, self.config.damping, self.config.tol, self.config.max_iter)
+        be = self.backend
+        r, _ = personalized_pagerank(be.csr(stacked), be.asarray(tele), self.config.damping, self.config.tol,
+                                     self.config.max_iter, be.xp)
+        r = be.to_host(r)
         return {q: r[starts[i] : starts[i] + graphs[m].n_utt, j] for i, m in enumerate(mems)
                 for j, q in enumerate(groups[m])}
 
@@ -209,13 +209,26 @@ class AssoMem:
 
     # ---- fusion ------------------------------------------------------------------------------------------------
     def fuse(self, feats: Sequence[Features], q_emb: np.ndarray, fusion: FusionModel, depth: int) -> list[np.ndarray]:
-        actives = np.stack([f.active for f in feats]) if feats else np.zeros((0, len(self.config.signals)))
-        weights = fusion.weights(q_emb, actives)
+        """Rankings from features and weights: the fused score + top-K kernel ranks the best ``min(depth, MAX_K)``
+        candidates; the other candidates follow by relevance, then the rest of the memory."""
+        if not feats:
+            return []
+        n_sig = len(self.config.signals)
+        weights = fusion.weights(q_emb, np.stack([f.active for f in feats]))
+        width = max(len(f.candidates) for f in feats)
+        scores = np.zeros((len(feats), max(width, 1), n_sig), np.float32)
+        counts = np.array([len(f.candidates) for f in feats])
+        for b, f in enumerate(feats):
+            scores[b, : len(f.candidates)] = f.scores
+        k = min(depth, MAX_K)
+        top, _ = self.backend.fused_topk(scores, counts, weights, self.config.temperature, k)
+        rel = self.config.signals.index("relevance") if "relevance" in self.config.signals else 0
         out = []
-        for f, w in zip(feats, weights):
-            fused = softmax(f.scores, self.config.temperature, axis=0) @ w
-            ranked = f.candidates[top_k(fused[None], min(depth, len(fused)))[0]]
-            out.append(np.concatenate([ranked, f.rest[: max(0, depth - len(ranked))]]))
+        for b, f in enumerate(feats):
+            best = top[b, : min(k, counts[b])]
+            others = np.setdiff1d(np.arange(counts[b]), best)
+            others = others[top_k(f.scores[others, rel][None], len(others))[0]] if len(others) else others
+            out.append(np.concatenate([f.candidates[best], f.candidates[others], f.rest])[:max(depth, k)])
         return out
 
     def fit(self, data: EmbeddedDataset, questions: Sequence[int], feats: Sequence[Features]) -> FusionModel:

@@ -1,6 +1,12 @@
 """Shared fixtures: small hand-written datasets in every supported format, and an isolated embedding cache."""
 from __future__ import annotations
 
+import os
+
+# CUDA kernels run in Numba's simulator unless a GPU run asks for the device (benchmarks/gpu_check.sh sets it to 0).
+# This must happen before anything imports numba.
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
 import gzip
 import json
 from pathlib import Path

@@ -93,3 +93,10 @@ def test_temporal_scores_window_and_order():
     assert lagged[0] == 1 and lagged[1] < 1 and lagged[2] < 1
     latest = temporal_scores(TimeConstraint(order="latest"), [np.array([Q - 9 * DAY]), np.array([Q - DAY])])
     assert latest[1] > latest[0]
+
+
+def test_ppr_leaves_its_inputs_alone():
+    _, m = random_graph(6, 5)
+    t = np.full((6, 1), 1 / 6, np.float32)
+    personalized_pagerank(sp.csr_matrix(m), t, 0.85, 1e-7, 50)
+    assert np.all(t == np.float32(1 / 6))

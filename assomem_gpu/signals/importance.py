@@ -21,19 +21,25 @@ def teleport(utt_emb: np.ndarray, q_emb: np.ndarray, n_nodes: int) -> np.ndarray
     return t / np.maximum(t.sum(axis=0), 1e-30)
 
 
-def personalized_pagerank(transition: sp.spmatrix, teleports: np.ndarray, damping: float = 0.85, tol: float = 1e-6,
-                          max_iter: int = 100) -> tuple[np.ndarray, int]:
+def personalized_pagerank(transition, teleports, damping: float = 0.85, tol: float = 1e-6, max_iter: int = 100,
+                          xp=np) -> tuple[np.ndarray, int]:
     """Power iteration r ← d·M·r + (1−d)·t from r⁰ = t for every column of ``teleports`` at once.
 
-    ``transition`` is column-stochastic (N, N); ``teleports`` (N, B). Stops when the largest per-column L1 change is
-    below ``tol`` or after ``max_iter`` iterations. Returns the scores (N, B) and the iterations run.
+    ``transition`` is column-stochastic (N, N), scipy or cupyx CSR; ``teleports`` (N, B) numpy or cupy (``xp``).
+    d is folded into the matrix once, so an iteration is one sparse × dense product and one add into a buffer
+    allocated up front (F-ordered, as cuSPARSE SpMM wants). Stops when the largest per-column L1 change is below
+    ``tol`` or after ``max_iter`` iterations. Returns the scores (N, B) and the iterations run.
     """
-    base = (1.0 - damping) * teleports
-    r = teleports.copy()
+    scaled = transition * np.float32(damping)
+    base = xp.asfortranarray((1.0 - damping) * teleports, dtype=np.float32)
+    r = xp.array(teleports, dtype=np.float32, order="F", copy=True)  # never write into the caller's array
+    nxt = xp.empty_like(r, order="F")
+    it = 0
     for it in range(1, max_iter + 1):
-        nxt = damping * (transition @ r) + base
-        residual = float(np.abs(nxt - r).sum(axis=0).max()) if r.size else 0.0
-        r = nxt
+        nxt[...] = scaled @ r
+        nxt += base
+        residual = float(xp.abs(nxt - r).sum(axis=0).max()) if r.size else 0.0
+        r, nxt = nxt, r
         if residual < tol:
             break
     return r, it

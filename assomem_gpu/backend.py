@@ -1,0 +1,95 @@
+"""CPU and CUDA backends: the array module, the sparse module and the kernels every retrieval stage takes.
+
+``get_backend("auto")`` picks CUDA only when CuPy imports, a device answers and the Numba kernel compiles on it;
+otherwise it returns the CPU backend and ``cuda_unavailable_reason()`` says why. No stage branches on the device:
+each takes ``backend.xp`` / ``backend.sparse`` / ``backend.fused_topk``.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str  # "cpu" or "cuda"
+    device: str  # human-readable description
+    xp: Any  # numpy or cupy
+    sparse: Any  # scipy.sparse or cupyx.scipy.sparse
+    fused_topk: Callable  # kernels.fused_topk.fused_topk_cpu / fused_topk_cuda
+
+    def asarray(self, x, dtype=None):
+        return self.xp.asarray(x, dtype=dtype)
+
+    def to_host(self, x) -> np.ndarray:
+        return x.get() if hasattr(x, "get") else np.asarray(x)
+
+    def csr(self, matrix):
+        """A scipy CSR matrix on this backend."""
+        return matrix if self.name == "cpu" else self.sparse.csr_matrix(matrix)
+
+
+def cpu_backend() -> Backend:
+    import os
+    import platform
+
+    import scipy.sparse
+
+    from .kernels.fused_topk import fused_topk_cpu
+
+    return Backend("cpu", f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)", np, scipy.sparse,
+                   fused_topk_cpu)
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_unavailable_reason() -> str | None:
+    """Why the CUDA backend cannot run here, or None when it can."""
+    try:
+        import cupy
+        import cupyx.scipy.sparse  # noqa: F401
+    except Exception as exc:  # ImportError, or a CUDA library missing underneath
+        return f"cupy is not usable ({exc.__class__.__name__}: {exc}); pip install 'assomem_gpu[gpu]'"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device"
+    except Exception as exc:
+        return f"no CUDA device ({exc})"
+    try:
+        from numba import cuda
+
+        if not cuda.is_available():
+            return "numba cannot use the CUDA device"
+        from .kernels.fused_topk import fused_topk_cuda
+
+        fused_topk_cuda(np.zeros((1, 2, 1), np.float32), np.array([2]), np.ones((1, 1), np.float32), 1.0, 1)
+    except Exception as exc:
+        return f"the Numba CUDA kernel does not compile or run ({exc.__class__.__name__}: {exc})"
+    return None
+
+
+def cuda_backend() -> Backend:
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(f"CUDA backend unavailable: {reason}")
+    import cupy
+    import cupyx.scipy.sparse
+
+    from .kernels.fused_topk import fused_topk_cuda
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return Backend("cuda", name, cupy, cupyx.scipy.sparse, fused_topk_cuda)
+
+
+def get_backend(device: str = "auto") -> Backend:
+    """``"cpu"``, ``"cuda"`` (an error saying why if it cannot run) or ``"auto"``."""
+    if device == "cpu":
+        return cpu_backend()
+    if device == "cuda":
+        return cuda_backend()
+    if device == "auto":
+        return cpu_backend() if cuda_unavailable_reason() else cuda_backend()
+    raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")

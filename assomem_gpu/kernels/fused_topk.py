@@ -1,0 +1,225 @@
+"""Fused score + top-K: eq. 4 over a batch of questions, one kernel (Numba CUDA) and its CPU twin (Numba, parallel).
+
+Input per question b: z-scored signals ``scores[b, :counts[b], :]`` (padded to one width), fusion weights
+``weights[b]`` and the temperature T. Each signal becomes a softmax over the question's candidates at temperature T;
+the fused score is their weighted sum. Output: the ``k`` best candidate indices (ties: lower index first) and
+scores, ``-1`` / ``-inf`` past the question's candidate count.
+
+Both paths call the same per-candidate function (``fused_one``, compiled for each target). The CUDA kernel runs one
+block per question: block reductions for the per-signal max and sum in shared memory, a per-thread local top-K,
+then a shared-memory tree merge; no warp shuffles, so it runs under ``NUMBA_ENABLE_CUDASIM=1``.
+Non-finite inputs are rejected (ValueError naming the question) before either path runs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float64, int64, njit, prange
+
+MAX_SIGNALS = 8
+MAX_K = 64
+THREADS = 64  # threads per block; shared memory holds THREADS * MAX_K (score, index) pairs = 32 KiB
+
+
+def fused_one(scores, c, n_signals, maxes, sums, weights, inv_t):
+    """Eq. 4 for candidate ``c``: sum_d w_d · exp((z_cd − max_d) / T) / sum_d."""
+    total = 0.0
+    for d in range(n_signals):
+        total += weights[d] * math.exp((scores[c, d] - maxes[d]) * inv_t) / sums[d]
+    return total
+
+
+def better(score_a, idx_a, score_b, idx_b):
+    """Does (score_a, idx_a) rank before (score_b, idx_b)? Higher score first, then lower index."""
+    return score_a > score_b or (score_a == score_b and idx_a < idx_b)
+
+
+def insert(top_s, top_i, k, score, idx):
+    """Insert into a sorted top-``k`` list (kept in place) if it belongs there (the order of ``better``, inlined)."""
+    last_s, last_i = top_s[k - 1], top_i[k - 1]
+    if not (score > last_s or (score == last_s and idx < last_i)):
+        return
+    pos = k - 1
+    while pos > 0 and (score > top_s[pos - 1] or (score == top_s[pos - 1] and idx < top_i[pos - 1])):
+        top_s[pos] = top_s[pos - 1]
+        top_i[pos] = top_i[pos - 1]
+        pos -= 1
+    top_s[pos] = score
+    top_i[pos] = idx
+
+
+_fused_cpu = njit(cache=True)(fused_one)
+_insert_cpu = njit(cache=True)(insert)
+
+
+@njit(parallel=True, cache=True)
+def _fused_topk_cpu(scores, counts, weights, inv_t, k, out_idx, out_score):
+    n_signals = scores.shape[2]
+    for b in prange(scores.shape[0]):
+        n = counts[b]
+        maxes = np.full(n_signals, -np.inf)
+        sums = np.zeros(n_signals)
+        for d in range(n_signals):
+            for c in range(n):
+                maxes[d] = max(maxes[d], scores[b, c, d])
+            for c in range(n):
+                sums[d] += math.exp((scores[b, c, d] - maxes[d]) * inv_t)
+        top_s = np.full(k, -np.inf)
+        top_i = np.full(k, -1, np.int64)
+        for c in range(n):
+            _insert_cpu(top_s, top_i, k, _fused_cpu(scores[b], c, n_signals, maxes, sums, weights[b], inv_t), c)
+        for j in range(k):
+            out_score[b, j] = top_s[j]
+            out_idx[b, j] = top_i[j]
+
+
+def _check(scores: np.ndarray, counts: np.ndarray, weights: np.ndarray, temperature: float, k: int) -> None:
+    if scores.ndim != 3 or weights.shape != (scores.shape[0], scores.shape[2]) or counts.shape != (scores.shape[0],):
+        raise ValueError(f"shapes do not fit: scores {scores.shape}, counts {counts.shape}, weights {weights.shape}")
+    if scores.shape[2] > MAX_SIGNALS or not 1 <= k <= MAX_K:
+        raise ValueError(f"at most {MAX_SIGNALS} signals and 1 <= k <= {MAX_K}, got {scores.shape[2]} and {k}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if np.any((counts < 0) | (counts > scores.shape[1])):
+        raise ValueError("counts must lie between 0 and the padded candidate width")
+    for b in range(scores.shape[0]):
+        if not (np.isfinite(scores[b, : counts[b]]).all() and np.isfinite(weights[b]).all()):
+            raise ValueError(f"question {b}: non-finite signal or weight (NaN/inf are rejected)")
+
+
+def fused_topk_cpu(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """CPU twin: (indices (B, k) int64, scores (B, k) float64)."""
+    scores = np.ascontiguousarray(scores, dtype=np.float32)
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    weights = np.ascontiguousarray(weights, dtype=np.float32)
+    _check(scores, counts, weights, temperature, k)
+    out_idx = np.empty((len(scores), k), np.int64)
+    out_score = np.empty((len(scores), k), np.float64)
+    _fused_topk_cpu(scores, counts, weights, 1.0 / temperature, k, out_idx, out_score)
+    return out_idx, out_score
+
+
+def _cuda_kernel():
+    """Compile the CUDA kernel on first use (the simulator or a real device)."""
+    fused_dev = cuda.jit(device=True)(fused_one)
+    better_dev = cuda.jit(device=True)(better)
+    insert_dev = cuda.jit(device=True)(insert)
+
+    @cuda.jit
+    def kernel(scores, counts, weights, inv_t, k, out_idx, out_score):
+        b = cuda.blockIdx.x
+        t = cuda.threadIdx.x
+        n = counts[b]
+        n_signals = scores.shape[2]
+        red = cuda.shared.array(THREADS, float64)
+        maxes = cuda.shared.array(MAX_SIGNALS, float64)
+        sums = cuda.shared.array(MAX_SIGNALS, float64)
+        for d in range(n_signals):  # block reductions: max, then the sum of exponentials
+            m = -math.inf
+            for c in range(t, n, THREADS):
+                m = max(m, float64(scores[b, c, d]))
+            red[t] = m
+            cuda.syncthreads()
+            step = THREADS // 2
+            while step > 0:
+                if t < step:
+                    red[t] = max(red[t], red[t + step])
+                cuda.syncthreads()
+                step //= 2
+            if t == 0:
+                maxes[d] = red[0]
+            cuda.syncthreads()
+            s = 0.0
+            for c in range(t, n, THREADS):
+                s += math.exp((float64(scores[b, c, d]) - maxes[d]) * inv_t)
+            red[t] = s
+            cuda.syncthreads()
+            step = THREADS // 2
+            while step > 0:
+                if t < step:
+                    red[t] += red[t + step]
+                cuda.syncthreads()
+                step //= 2
+            if t == 0:
+                sums[d] = red[0]
+            cuda.syncthreads()
+        # per-thread local top-k over a strided share of the candidates
+        top_s = cuda.local.array(MAX_K, float64)
+        top_i = cuda.local.array(MAX_K, int64)
+        for j in range(k):
+            top_s[j] = -math.inf
+            top_i[j] = -1
+        w = weights[b]
+        for c in range(t, n, THREADS):
+            insert_dev(top_s, top_i, k, fused_dev(scores[b], c, n_signals, maxes, sums, w, inv_t), c)
+        # tree merge of the sorted lists in shared memory
+        sh_s = cuda.shared.array((THREADS, MAX_K), float64)
+        sh_i = cuda.shared.array((THREADS, MAX_K), int64)
+        for j in range(k):
+            sh_s[t, j] = top_s[j]
+            sh_i[t, j] = top_i[j]
+        cuda.syncthreads()
+        step = 1
+        while step < THREADS:
+            if t % (2 * step) == 0:
+                a, o = 0, 0
+                for j in range(k):  # merge row t and row t + step into the local buffer
+                    if better_dev(sh_s[t, a], sh_i[t, a], sh_s[t + step, o], sh_i[t + step, o]):
+                        top_s[j] = sh_s[t, a]
+                        top_i[j] = sh_i[t, a]
+                        a += 1
+                    else:
+                        top_s[j] = sh_s[t + step, o]
+                        top_i[j] = sh_i[t + step, o]
+                        o += 1
+                for j in range(k):
+                    sh_s[t, j] = top_s[j]
+                    sh_i[t, j] = top_i[j]
+            cuda.syncthreads()
+            step *= 2
+        if t == 0:
+            for j in range(k):
+                out_score[b, j] = sh_s[0, j]
+                out_idx[b, j] = sh_i[0, j]
+
+    return kernel
+
+
+_KERNEL = None
+
+
+def fused_topk_cuda(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The CUDA kernel, one block per question; same signature and results as ``fused_topk_cpu``.
+
+    Accepts host (numpy) or device arrays (anything with ``__cuda_array_interface__``); returns host arrays.
+    """
+    global _KERNEL
+    host = [np.asarray(x.get() if hasattr(x, "get") else x) for x in (scores, counts, weights)]
+    scores_h = np.ascontiguousarray(host[0], dtype=np.float32)
+    counts_h = np.ascontiguousarray(host[1], dtype=np.int64)
+    weights_h = np.ascontiguousarray(host[2], dtype=np.float32)
+    _check(scores_h, counts_h, weights_h, temperature, k)
+    if _KERNEL is None:
+        _KERNEL = _cuda_kernel()
+    out_idx = cuda.device_array((len(scores_h), k), np.int64)
+    out_score = cuda.device_array((len(scores_h), k), np.float64)
+    if len(scores_h):
+        _KERNEL[len(scores_h), THREADS](cuda.to_device(scores_h), cuda.to_device(counts_h), cuda.to_device(weights_h),
+                                        1.0 / temperature, k, out_idx, out_score)
+    return out_idx.copy_to_host(), out_score.copy_to_host()
+
+
+def fused_topk_reference(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Plain numpy, one question at a time: what both kernels must return."""
+    idx = np.full((len(scores), k), -1, np.int64)
+    out = np.full((len(scores), k), -np.inf)
+    for b in range(len(scores)):
+        z = np.asarray(scores[b, : counts[b]], dtype=np.float64)
+        if len(z) == 0:
+            continue
+        e = np.exp((z - z.max(axis=0)) / temperature)
+        fused = (e / e.sum(axis=0)) @ np.asarray(weights[b], dtype=np.float64)
+        order = np.lexsort((np.arange(len(fused)), -fused))[:k]
+        idx[b, : len(order)], out[b, : len(order)] = order, fused[order]
+    return idx, out
