@@ -5,6 +5,9 @@ fusion weights, so calibration and cross-validation reuse it); ``fuse`` turns fe
 """
 from __future__ import annotations
 
+import time
+from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Sequence
 
@@ -56,12 +59,13 @@ class AssoMemConfig:
 
 @dataclass
 class Features:
-    """One question's candidates (bank rows) with their z-scored signals, and the rest of its memory by relevance."""
+    """One question's candidates (bank rows) with their z-scored signals, and the rest of its memory."""
 
     candidates: np.ndarray
     scores: np.ndarray  # (n_candidates, n_signals)
     active: np.ndarray  # (n_signals,) bool: signals this question has
-    rest: np.ndarray
+    rest: np.ndarray  # the memory's other utterances (bank rows), in memory order
+    rest_relevance: np.ndarray  # their cosine to the question: they follow the candidates in this order
 
 
 def zscore(x: np.ndarray) -> np.ndarray:
@@ -79,10 +83,19 @@ class AssoMem:
             raise ValueError(f"signals must be a non-empty subset of {SIGNALS}, got {config.signals}")
         self.config, self.fusion, self.encoder, self.name = config, fusion, encoder, name
         self.backend = backend or get_backend("auto")
+        self.stage_seconds: dict[str, float] = defaultdict(float)  # wall time per stage, summed over calls
         self._data_id: int | None = None  # graphs and BM25 indexes below belong to this dataset
         self._graphs: dict[int, MemoryGraph] = {}
         self._lexical: dict[int, BM25Index] = {}
         self._mentions: dict[tuple[int, float], np.ndarray] = {}
+
+    @contextmanager
+    def _stage(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_seconds[name] += time.perf_counter() - start
 
     @property
     def needs_calibration(self) -> bool:
@@ -124,16 +137,22 @@ class AssoMem:
         ds, cfg = data.dataset, self.config
         out: dict[int, Features] = {}
         groups = by_memory(ds, questions)
-        graphs = {m: self.graph(data, m) for m in groups}
-        rel_all = {m: data.questions[g] @ data.utterances[graphs[m].utterances].T for m, g in groups.items()}
-        ppr = self._importance(data, groups, graphs) if "importance" in cfg.signals else {}
+        with self._stage("graph"):
+            graphs = {m: self.graph(data, m) for m in groups}
+        with self._stage("candidates"):
+            rel_all = {m: data.questions[g] @ data.utterances[graphs[m].utterances].T for m, g in groups.items()}
+            local_all = {q: self._candidates(graphs[m], rel_all[m][j], data.questions[q])
+                         for m, g in groups.items() for j, q in enumerate(g)}
+        with self._stage("ppr"):
+            ppr = self._importance(data, groups, graphs) if "importance" in cfg.signals else {}
         for m, group in groups.items():
             g, rel = graphs[m], rel_all[m]
-            lex = self._lexical_index(data, m, g).scores([ds.questions[q].text for q in group]) \
-                if "lexical" in cfg.signals else None
+            with self._stage("lexical"):
+                lex = self._lexical_index(data, m, g).scores([ds.questions[q].text for q in group]) \
+                    if "lexical" in cfg.signals else None
             times = ds.utterance_times(m)
             for j, q in enumerate(group):
-                local = self._candidates(g, rel[j], data.questions[q])
+                local = local_all[q]
                 cols, active = [], []
                 for name in cfg.signals:
                     if name == "relevance":
@@ -143,14 +162,15 @@ class AssoMem:
                     elif name == "lexical":
                         col = lex[j, local]
                     else:
-                        col = self._temporal(ds, q, g, local, times)
+                        with self._stage("temporal"):
+                            col = self._temporal(ds, q, g, local, times)
                     cols.append(zscore(col.astype(np.float64)))
                     active.append(bool(np.any(cols[-1] != 0)) if name == "temporal" else True)
                 rest_mask = np.ones(g.n_utt, bool)
                 rest_mask[local] = False
                 rest = np.flatnonzero(rest_mask)
-                rest = rest[top_k(rel[j, rest][None], len(rest))[0]]
-                out[q] = Features(g.utterances[local], np.stack(cols, axis=1), np.asarray(active), g.utterances[rest])
+                out[q] = Features(g.utterances[local], np.stack(cols, axis=1), np.asarray(active), g.utterances[rest],
+                                  rel[j, rest])
         return [out[q] for q in questions]
 
     def _candidates(self, g: MemoryGraph, rel: np.ndarray, q_emb: np.ndarray) -> np.ndarray:
@@ -158,9 +178,7 @@ class AssoMem:
         cfg = self.config
         if not cfg.clues or g.n_clues == 0:
             return np.arange(g.n_utt)
-        best = np.full(g.n_clues, -np.inf)
-        np.maximum.at(best, g.utt_clue, rel)
-        score = cfg.clue_mix * (g.clue_emb @ q_emb) + (1 - cfg.clue_mix) * best
+        score = cfg.clue_mix * (g.clue_emb @ q_emb) + (1 - cfg.clue_mix) * g.clue_max(rel)
         order = top_k(score[None], g.n_clues)[0]
         sizes = np.bincount(g.utt_clue, minlength=g.n_clues)[order]
         enough = int(np.searchsorted(np.cumsum(sizes), cfg.min_candidates)) + 1
@@ -221,14 +239,18 @@ class AssoMem:
         for b, f in enumerate(feats):
             scores[b, : len(f.candidates)] = f.scores
         k = min(depth, MAX_K)
-        top, _ = self.backend.fused_topk(scores, counts, weights, self.config.temperature, k)
+        with self._stage("fusion+topk"):
+            top, _ = self.backend.fused_topk(scores, counts, weights, self.config.temperature, k)
         rel = self.config.signals.index("relevance") if "relevance" in self.config.signals else 0
         out = []
         for b, f in enumerate(feats):
             best = top[b, : min(k, counts[b])]
             others = np.setdiff1d(np.arange(counts[b]), best)
             others = others[top_k(f.scores[others, rel][None], len(others))[0]] if len(others) else others
-            out.append(np.concatenate([f.candidates[best], f.candidates[others], f.rest])[:max(depth, k)])
+            head = np.concatenate([f.candidates[best], f.candidates[others]])[:depth]
+            tail = f.rest[top_k(f.rest_relevance[None], min(depth - len(head), len(f.rest)))[0]] \
+                if len(head) < depth else f.rest[:0]
+            out.append(np.concatenate([head, tail]))
         return out
 
     def fit(self, data: EmbeddedDataset, questions: Sequence[int], feats: Sequence[Features]) -> FusionModel:

@@ -40,6 +40,19 @@ class MemoryGraph:
     adjacency: sp.csr_matrix  # (n_nodes, n_nodes) float32, symmetric
     n_speakers: int = 0
 
+    def __post_init__(self):
+        self._by_clue = np.argsort(self.utt_clue, kind="stable")
+        self._clue_starts = np.searchsorted(self.utt_clue[self._by_clue], np.arange(self.n_clues))
+        self._clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
+
+    def clue_max(self, values: np.ndarray) -> np.ndarray:
+        """Per clue, the largest value among its utterances (``values`` per utterance node; -inf for none)."""
+        out = np.full(self.n_clues, -np.inf)
+        if self.n_utt:
+            has = self._clue_sizes > 0
+            out[has] = np.maximum.reduceat(values[self._by_clue], self._clue_starts[has])
+        return out
+
     @property
     def n_utt(self) -> int:
         return len(self.utterances)

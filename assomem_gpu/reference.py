@@ -1,7 +1,7 @@
 """A reference implementation of the AssoMem ranking in plain networkx + numpy, written to be obvious, not fast.
 
-One question at a time: build the memory's graph node by node and edge by edge with networkx, run eq. 2 as a dense
-power iteration, pick the two-step candidates, normalise and fuse the signals. The fast path (``assomem.py``) must give
+One question at a time: build the memory's graph node by node and edge by edge with networkx (once per memory),
+run eq. 2 as a plain power iteration, pick the two-step candidates, normalise and fuse the signals. The fast path (``assomem.py``) must give
 the same top-10; tests and the bench compare them. BM25 scores and the temporal signal come from the same modules
 as the fast path (they are per-question already); everything graph-shaped is rebuilt here.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
+import scipy.sparse as sp
 
 from .assomem import AssoMem
 from .fusion import FusionModel
@@ -23,10 +24,10 @@ def reference_graph(data: EmbeddedDataset, memory: int, session_clue_emb: np.nda
     # merge clues: sessions linked when cosine > δ among each one's nearest neighbours; components are clues
     merge = nx.Graph()
     merge.add_nodes_from(range(len(sessions)))
-    sims = _cosines(session_clue_emb[sessions])
     for i in range(len(sessions)):
+        row = _cosines(session_clue_emb[sessions], i)
         for j in range(len(sessions)):
-            if i != j and sims[i, j] > cfg.delta:
+            if i != j and row[j] > cfg.delta:
                 merge.add_edge(i, j)
     components = sorted((sorted(c) for c in nx.connected_components(merge)), key=lambda c: c[0])
     clue_of_session = {sessions[s]: c for c, members in enumerate(components) for s in members}
@@ -49,17 +50,17 @@ def reference_graph(data: EmbeddedDataset, memory: int, session_clue_emb: np.nda
     directed: dict[tuple[int, int], float] = {}
     for u in range(n_u):
         add(u, n_u + utt_clue[u], 1.0, directed)
-    csims = _cosines(clue_emb)
     for i in range(n_c):
-        for j in _neighbours(csims[i], i, cfg.max_neighbors):
-            if csims[i, j] > cfg.gamma:
-                add(n_u + i, n_u + j, float(csims[i, j]), directed)
+        row = _cosines(clue_emb, i)
+        for j in _neighbours(row, i, cfg.max_neighbors):
+            if row[j] > cfg.gamma:
+                add(n_u + i, n_u + j, float(row[j]), directed)
     emb = data.utterances[utterances]
-    usims = _cosines(emb)
     for i in range(n_u):
-        for j in _neighbours(usims[i], i, cfg.max_neighbors):
-            if usims[i, j] > cfg.gamma:
-                add(i, j, float(usims[i, j]), directed)
+        row = _cosines(emb, i)
+        for j in _neighbours(row, i, cfg.max_neighbors):
+            if row[j] > cfg.gamma:
+                add(i, j, float(row[j]), directed)
     if cfg.adjacency_weight > 0:
         for a, b in turn_pairs:
             add(a, b, cfg.adjacency_weight, directed)
@@ -74,9 +75,9 @@ def reference_graph(data: EmbeddedDataset, memory: int, session_clue_emb: np.nda
     return g, np.asarray(utterances), np.asarray(utt_clue), clue_emb, n_c
 
 
-def _cosines(emb: np.ndarray) -> np.ndarray:
-    """All pairwise cosines, rounded to 1e-6 as the fast path rounds them (equal vectors tie exactly)."""
-    return np.round(emb.astype(np.float64) @ emb.astype(np.float64).T, 6)
+def _cosines(emb: np.ndarray, i: int) -> np.ndarray:
+    """Cosines of row ``i`` with every row, rounded to 1e-6 as the fast path rounds them (equal vectors tie exactly)."""
+    return np.round(emb.astype(np.float64) @ emb[i].astype(np.float64), 6)
 
 
 def _neighbours(row: np.ndarray, self_index: int, k: int) -> list[int]:
@@ -91,11 +92,12 @@ def _normalise(v: np.ndarray) -> np.ndarray:
 
 def reference_ppr(g: nx.Graph, t: np.ndarray, damping: float, tol: float, max_iter: int) -> np.ndarray:
     """Eq. 2 as written: r ← d·M·r + (1−d)·t from r = t, M column-normalised (an isolated node keeps its mass)."""
-    a = nx.to_numpy_array(g, nodelist=sorted(g.nodes), weight="weight")
-    deg = a.sum(axis=0)
-    for i in np.flatnonzero(deg == 0):
-        a[i, i], deg[i] = 1.0, 1.0
-    m = a / deg
+    a = nx.to_scipy_sparse_array(g, nodelist=sorted(g.nodes), weight="weight", format="csc").astype(np.float64)
+    deg = np.asarray(a.sum(axis=0)).ravel()
+    lonely = np.flatnonzero(deg == 0)
+    a = a + sp.csc_array((np.ones(len(lonely)), (lonely, lonely)), shape=a.shape)
+    deg[lonely] = 1.0
+    m = a @ sp.diags_array(1.0 / deg)
     r = t.copy()
     for _ in range(max_iter):
         nxt = damping * m @ r + (1 - damping) * t
@@ -106,11 +108,15 @@ def reference_ppr(g: nx.Graph, t: np.ndarray, damping: float, tol: float, max_it
     return r
 
 
-def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion: FusionModel, k: int = 10) -> list[int]:
-    """Top-``k`` bank utterance rows for one question, the slow and obvious way."""
+def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion: FusionModel, k: int = 10,
+                  graphs: dict | None = None) -> list[int]:
+    """Top-``k`` bank utterance rows for one question, the slow and obvious way (``graphs`` caches memory graphs)."""
     ds, cfg = data.dataset, method.config
     q = ds.questions[question]
-    g, utterances, utt_clue, clue_emb, n_c = reference_graph(data, q.memory, method._clue_emb(data), method)
+    graphs = {} if graphs is None else graphs
+    if q.memory not in graphs:
+        graphs[q.memory] = reference_graph(data, q.memory, method._clue_emb(data), method)
+    g, utterances, utt_clue, clue_emb, n_c = graphs[q.memory]
     q_emb = data.questions[question]
     rel = data.utterances[utterances] @ q_emb
     if cfg.clues and n_c:
@@ -138,8 +144,10 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
             r = reference_ppr(g, t, cfg.damping, cfg.tol, cfg.max_iter)
             col = np.log(np.maximum(r[local], 1e-30))
         elif name == "lexical":
-            texts = ds.bank.encoded_texts()
-            col = BM25Index([texts[i] for i in utterances]).scores([q.text])[0][local]
+            if ("bm25", q.memory) not in graphs:
+                texts = ds.bank.encoded_texts()
+                graphs[("bm25", q.memory)] = BM25Index([texts[i] for i in utterances])
+            col = graphs[("bm25", q.memory)].scores([q.text])[0][local]
         else:
             col = method._temporal(ds, question, _Utterances(utterances), local, ds.utterance_times(q.memory))
         col = np.asarray(col, dtype=np.float64)

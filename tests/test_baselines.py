@@ -50,6 +50,14 @@ def test_bm25_prefers_term_overlap(meetingqa_file):
     assert first_ids(data, rankings[1]) == ["m2_001"]  # "Flux reduce"
 
 
+def test_top_k_partition_path_equals_full_sort():
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 5, size=(3, 400)).astype(np.float32)  # many exact ties around the cut
+    full = np.argsort(-scores, axis=1, kind="stable")
+    for k in (1, 7, 20):
+        assert np.array_equal(top_k(scores, k), full[:, :k])
+
+
 def test_top_k_tie_break_and_nan():
     scores = np.array([[0.5, 0.9, 0.5, np.nan, 0.9]])
     assert top_k(scores, 5).tolist() == [[1, 4, 0, 2, 3]]

@@ -53,8 +53,7 @@ _fused_cpu = njit(cache=True)(fused_one)
 _insert_cpu = njit(cache=True)(insert)
 
 
-@njit(parallel=True, cache=True)
-def _fused_topk_cpu(scores, counts, weights, inv_t, k, out_idx, out_score):
+def _fused_topk_batch(scores, counts, weights, inv_t, k, out_idx, out_score):
     n_signals = scores.shape[2]
     for b in prange(scores.shape[0]):
         n = counts[b]
@@ -72,6 +71,11 @@ def _fused_topk_cpu(scores, counts, weights, inv_t, k, out_idx, out_score):
         for j in range(k):
             out_score[b, j] = top_s[j]
             out_idx[b, j] = top_i[j]
+
+
+_fused_topk_parallel = njit(parallel=True, cache=True)(_fused_topk_batch)
+_fused_topk_serial = njit(cache=True)(_fused_topk_batch)  # small batches: no thread-pool start-up per call
+PARALLEL_FROM = 8  # questions per call from which the parallel twin pays off
 
 
 def _check(scores: np.ndarray, counts: np.ndarray, weights: np.ndarray, temperature: float, k: int) -> None:
@@ -96,7 +100,8 @@ def fused_topk_cpu(scores, counts, weights, temperature: float, k: int) -> tuple
     _check(scores, counts, weights, temperature, k)
     out_idx = np.empty((len(scores), k), np.int64)
     out_score = np.empty((len(scores), k), np.float64)
-    _fused_topk_cpu(scores, counts, weights, 1.0 / temperature, k, out_idx, out_score)
+    run = _fused_topk_parallel if len(scores) >= PARALLEL_FROM else _fused_topk_serial
+    run(scores, counts, weights, 1.0 / temperature, k, out_idx, out_score)
     return out_idx, out_score
 
 
