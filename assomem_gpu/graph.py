@@ -83,14 +83,8 @@ def similarity_pairs(emb: np.ndarray, threshold: float, k: int) -> tuple[np.ndar
     n = len(emb)
     if n < 2 or k < 1:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
-    import faiss
-
     x = np.ascontiguousarray(emb, dtype=np.float32)
-    index = faiss.IndexFlatIP(x.shape[1])
-    index.add(x)
-    lims, sims, cols = index.range_search(x, float(threshold) - 1e-4)
-    rows = np.repeat(np.arange(n), np.diff(lims).astype(np.int64))
-    cols = cols.astype(np.int64)
+    rows, cols, sims = _range_search(x, float(threshold) - 1e-4)
     sims = np.round(sims.astype(np.float64), 6)
     keep = (cols != rows) & (sims > threshold)
     rows, cols, sims = rows[keep], cols[keep], sims[keep]
@@ -100,6 +94,25 @@ def similarity_pairs(emb: np.ndarray, threshold: float, k: int) -> tuple[np.ndar
     rank = np.arange(len(rows)) - starts
     top = rank < k
     return rows[top], cols[top], sims[top].astype(np.float32)
+
+
+def _range_search(x: np.ndarray, radius: float, block: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All (i, j, x_i·x_j) with inner product above ``radius``: FAISS when installed, else blocked GEMMs."""
+    try:
+        import faiss
+    except ImportError:
+        faiss = None
+    if faiss is not None:
+        index = faiss.IndexFlatIP(x.shape[1])
+        index.add(x)
+        lims, sims, cols = index.range_search(x, radius)
+        return np.repeat(np.arange(len(x)), np.diff(lims).astype(np.int64)), cols.astype(np.int64), sims
+    parts = []
+    for lo in range(0, len(x), block):
+        s = x[lo : lo + block] @ x.T
+        r, c = np.nonzero(s > radius)
+        parts.append((r + lo, c, s[r, c]))
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
 
 def merge_clues(session_emb: np.ndarray, delta: float) -> np.ndarray:

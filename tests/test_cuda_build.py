@@ -16,4 +16,4 @@ def test_kernels_compile_with_cmake(tmp_path):
     lib = tmp_path / "lib" / "libassomem_kernels.so"
     assert lib.exists()
     symbols = subprocess.run(["nm", "-D", str(lib)], check=True, capture_output=True, text=True).stdout
-    assert "assomem_kernels_abi_version" in symbols
+    assert "assomem_kernels_abi_version" in symbols and "assomem_ppr_step" in symbols

@@ -64,3 +64,13 @@ def test_keyword_clues_name_the_session(lme_file):
     clues = keyword_clues(ds.bank)
     assert "commute" in clues[ds.bank.session_index("answer_s1")]
     assert "banana" in clues[ds.bank.session_index("noise_a")]
+
+
+def test_gemm_range_search_equals_faiss(monkeypatch):
+    rng = np.random.default_rng(3)
+    emb = unit(rng.normal(size=(300, 16)))
+    with_faiss = similarity_pairs(emb, 0.4, k=5)
+    monkeypatch.setitem(__import__("sys").modules, "faiss", None)  # import faiss now raises ImportError
+    without = similarity_pairs(emb, 0.4, k=5)
+    assert np.array_equal(with_faiss[0], without[0]) and np.array_equal(with_faiss[1], without[1])
+    assert np.allclose(with_faiss[2], without[2], atol=2e-6)  # BLAS and FAISS may round the last digit apart

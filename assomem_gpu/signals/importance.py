@@ -30,19 +30,35 @@ def personalized_pagerank(transition, teleports, damping: float = 0.85, tol: flo
     allocated up front (F-ordered, as cuSPARSE SpMM wants). Stops when the largest per-column L1 change is below
     ``tol`` or after ``max_iter`` iterations. Returns the scores (N, B) and the iterations run.
     """
-    scaled = transition * np.float32(damping)
+    scaled = (transition * np.float32(damping)).astype(np.float32)
     base = xp.asfortranarray((1.0 - damping) * teleports, dtype=np.float32)
     r = xp.array(teleports, dtype=np.float32, order="F", copy=True)  # never write into the caller's array
     nxt = xp.empty_like(r, order="F")
+    fused = _fused_step(xp, scaled)
+    residuals = xp.zeros(r.shape[1], np.float32)
     it = 0
     for it in range(1, max_iter + 1):
-        nxt[...] = scaled @ r
-        nxt += base
-        residual = float(xp.abs(nxt - r).sum(axis=0).max()) if r.size else 0.0
+        if fused is not None:  # the CUDA C++ kernel: product, teleport and residual in one pass
+            fused(scaled, r, base, nxt, residuals)
+            residual = float(residuals.max()) if r.size else 0.0
+        else:
+            nxt[...] = scaled @ r
+            nxt += base
+            residual = float(xp.abs(nxt - r).sum(axis=0).max()) if r.size else 0.0
         r, nxt = nxt, r
         if residual < tol:
             break
     return r, it
+
+
+def _fused_step(xp, matrix):
+    """The compiled CUDA C++ step for CuPy inputs, when the library is built; None means the library path."""
+    if xp is np or not hasattr(matrix, "indptr") or matrix.indptr.dtype != np.int32:
+        return None
+    from ..kernels import cuda_lib
+
+    lib = cuda_lib.load()
+    return None if lib is None else (lambda *args: cuda_lib.ppr_step(lib, *args))
 
 
 def stack_block_diagonal(transitions: Sequence[sp.spmatrix], teleports: Sequence[np.ndarray]) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
