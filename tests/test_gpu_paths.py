@@ -1,0 +1,34 @@
+"""GPU paths against their CPU twins. Skipped where no CUDA device is usable (CI); run by benchmarks/gpu_check.sh."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from assomem_gpu.backend import cuda_unavailable_reason, get_backend
+from assomem_gpu.signals.importance import personalized_pagerank
+
+pytestmark = pytest.mark.skipif(cuda_unavailable_reason() is not None,
+                                reason=f"no usable CUDA backend: {cuda_unavailable_reason()}")
+
+
+def graph(n, seed):
+    rng = np.random.default_rng(seed)
+    a = sp.random(n, n, density=0.01, random_state=seed, dtype=np.float32)
+    a = (a + a.T + sp.eye(n, dtype=np.float32)).tocsr()
+    deg = np.asarray(a.sum(axis=0)).ravel()
+    t = rng.random((n, 8)).astype(np.float32)
+    return (a @ sp.diags(1 / deg)).tocsr().astype(np.float32), t / t.sum(axis=0)
+
+
+@pytest.mark.parametrize("use_compiled", [True, False])
+def test_ppr_on_cuda_matches_cpu(use_compiled, monkeypatch):
+    from assomem_gpu.kernels import cuda_lib
+
+    if not use_compiled:
+        monkeypatch.setattr(cuda_lib, "load", lambda: None)
+    elif cuda_lib.load() is None:
+        pytest.skip(f"CUDA C++ library unavailable: {cuda_lib.unavailable_reason()}")
+    m, t = graph(3000, 0)
+    cpu, it_cpu = personalized_pagerank(m, t, 0.5, 1e-6, 100)
+    gpu = get_backend("cuda")
+    r, it_gpu = personalized_pagerank(gpu.csr(m), gpu.asarray(t), 0.5, 1e-6, 100, gpu.xp)
+    assert np.allclose(gpu.to_host(r), cpu, atol=1e-6) and abs(it_cpu - it_gpu) <= 1
