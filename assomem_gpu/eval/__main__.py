@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
         encoder = make_encoder(args.encoder)
         methods = build_methods(args, encoder)
+        if any(getattr(m, "needs_calibration", False) for m in methods) and len(ds.questions) < args.folds:
+            raise ValueError(f"cross-validation with --folds {args.folds} needs at least {args.folds} questions, the "
+                             f"dataset has {len(ds.questions)}; pass --weights FILE, --fixed-weights or fewer --folds")
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
