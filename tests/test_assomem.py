@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from assomem_gpu.assomem import AssoMem, AssoMemConfig, make_assomem
-from assomem_gpu.calibrate import compute_features, cross_validated_rankings, folds_of, main as calibrate_main
+from assomem_gpu.calibrate import cross_validated_rankings, folds_of, main as calibrate_main
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder, TransformersEncoder
 from assomem_gpu.eval.__main__ import main as eval_main

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from assomem_gpu.fusion import (FusionModel, conditional_mi, fit_fusion, fixed_weights, load_weights,
+from assomem_gpu.fusion import (conditional_mi, fit_fusion, fixed_weights, load_weights,
                                 mutual_information, quantile_bins, save_weights)
 
 
