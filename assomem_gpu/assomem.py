@@ -16,8 +16,9 @@ import numpy as np
 from .backend import Backend, get_backend
 from .clues import clue_embeddings, keyword_clues
 from .encode import Encoder
+from .memory import Memory
 from .fusion import FusionModel, fit_fusion, fixed_weights
-from .graph import GraphConfig, MemoryGraph, build_graph
+from .graph import GraphConfig, MemoryGraph, add_session_to_graph, build_graph
 from .kernels.fused_topk import MAX_K
 from .retrieve import EmbeddedDataset, by_memory, top_k
 from .signals.importance import personalized_pagerank, stack_block_diagonal, teleport
@@ -115,22 +116,65 @@ class AssoMem:
             if mode == "keywords":
                 texts = keyword_clues(bank)
             elif mode == "llm":
-                from .llm import llm_clues, make_llm
-
-                texts = llm_clues(bank, make_llm(self.config.llm))
+                texts = self._llm_texts(bank)
             data.derived[key] = clue_embeddings(bank, data.utterances, mode, self.encoder, texts)
         return data.derived[key]
+
+    def _graph_config(self) -> GraphConfig:
+        if "importance" not in self.config.signals:  # no PageRank: only clues and ownership are needed
+            return replace(self.config.graph, max_neighbors=0, adjacency_weight=0.0, speakers=False)
+        return self.config.graph
 
     def graph(self, data: EmbeddedDataset, memory: int) -> MemoryGraph:
         clue_emb = self._clue_emb(data)
         if memory not in self._graphs:
-            cfg = self.config.graph
-            if "importance" not in self.config.signals:  # no PageRank: only clues and ownership are needed
-                cfg = replace(cfg, max_neighbors=0, adjacency_weight=0.0, speakers=False)
-            self._graphs[memory] = build_graph(data.dataset, memory, data.utterances, clue_emb, cfg)
-            if not self.config.clues:
-                self._graphs[memory] = _without_clues(self._graphs[memory])
+            g = build_graph(data.dataset, memory, data.utterances, clue_emb, self._graph_config())
+            self._graphs[memory] = g if self.config.clues else _without_clues(g)
         return self._graphs[memory]
+
+    def add_session(self, data: EmbeddedDataset, memory: int, session_id: str, date: float,
+                    turns: Sequence[tuple[str, str, str]], embeddings: np.ndarray) -> int:
+        """Append a session of ``(utterance id, speaker, text)`` turns, with their embeddings, to a built memory.
+
+        The bank, the embeddings, the memory and its graph grow in place (no rebuild; the memory's BM25 index is
+        re-made on its next query, its IDF having changed). Retrieval afterwards equals a rebuild. Needs a clue mode
+        whose clue depends on the session alone (``centroid``, ``llm``): keyword clues depend on every session's IDF.
+        Bad input raises ValueError and changes nothing. Returns the new session's bank row.
+        """
+        ds = data.dataset
+        emb = np.asarray(embeddings, dtype=np.float32)
+        if self.config.clue_mode == "keywords":
+            raise ValueError("add_session needs a per-session clue mode (centroid or llm); keyword clues depend on the "
+                             "IDF of every session, so a keyword-clue memory must be rebuilt")
+        if not 0 <= memory < len(ds.memories):
+            raise ValueError(f"no memory {memory}")
+        if ds.bank.session_index(session_id) is not None:
+            raise ValueError(f"session {session_id!r} already exists")
+        if emb.shape != (len(turns), data.utterances.shape[1]) or not np.isfinite(emb).all():
+            raise ValueError(f"embeddings must be finite, shaped ({len(turns)}, {data.utterances.shape[1]}), "
+                             f"got {emb.shape}")
+        self._clue_emb(data)  # the clue embeddings exist before the bank grows
+        row = ds.bank.add_session(session_id, float(date), [tuple(t) for t in turns])
+        data.utterances = np.concatenate([data.utterances, emb])
+        mem = ds.memories[memory]
+        ds.memories[memory] = Memory(np.append(mem.sessions, row), np.append(mem.dates, float(date)))
+        key = ("clues", self.config.clue_mode, self.config.llm if self.config.clue_mode == "llm" else None)
+        new_clue = clue_embeddings(_one_session(ds.bank, row), emb, self.config.clue_mode, self.encoder,
+                                   self._llm_texts(_one_session(ds.bank, row)))
+        data.derived[key] = np.concatenate([data.derived[key], new_clue])
+        if memory in self._graphs:
+            g = add_session_to_graph(self._graphs[memory], ds, memory, data.utterances, data.derived[key],
+                                     self._graph_config())
+            self._graphs[memory] = g if self.config.clues else _without_clues(g)
+        self._lexical.pop(memory, None)
+        return row
+
+    def _llm_texts(self, bank) -> list[str] | None:
+        if self.config.clue_mode != "llm":
+            return None
+        from .llm import llm_clues, make_llm
+
+        return llm_clues(bank, make_llm(self.config.llm), progress=False)
 
     # ---- features ----------------------------------------------------------------------------------------------
     def features(self, data: EmbeddedDataset, questions: Sequence[int]) -> list[Features]:
@@ -269,12 +313,23 @@ class AssoMem:
         return self.fuse(self.features(data, questions), data.questions[list(questions)], self.fusion, depth)
 
 
+def _one_session(bank, row: int):
+    """A bank holding only session ``row`` (for computing one session's clue)."""
+    from .memory import MemoryBank
+
+    one = MemoryBank()
+    lo, hi = bank.offsets[row], bank.offsets[row + 1]
+    one.add_session(bank.session_ids[row], bank.session_dates[row],
+                    list(zip(bank.utt_ids[lo:hi], bank.utt_speakers[lo:hi], bank.utt_texts[lo:hi])))
+    return one
+
+
 def _without_clues(g: MemoryGraph) -> MemoryGraph:
     """The graph with its clue nodes and their edges removed (node order becomes [utterances | speakers])."""
     keep = np.concatenate([np.arange(g.n_utt), g.n_utt + g.n_clues + np.arange(g.n_speakers)])
     adj = g.adjacency[keep][:, keep].tocsr()
     return MemoryGraph(g.utterances, np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32), [],
-                       adj, g.n_speakers)
+                       adj, g.n_speakers, g.utt_pairs)
 
 
 def relevance_only(config: AssoMemConfig, **changes) -> AssoMemConfig:

@@ -66,6 +66,8 @@ def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single
     config = AssoMemConfig(clue_mode="centroid")
     method = AssoMem(config, fusion, backend=backend)
     ds = data.dataset
+    size = {"sessions": int(np.mean([len(m.sessions) for m in ds.memories])),
+            "utterances": int(np.mean([len(ds.memory_utterances(m)) for m in range(len(ds.memories))]))}
     t0 = time.perf_counter()
     for m in range(len(ds.memories)):  # graph and BM25 index of every memory: the one-off build
         method._lexical_index(data, m, method.graph(data, m))
@@ -86,6 +88,14 @@ def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single
         qps[str(b)] = b / (time.perf_counter() - t)
         stages[str(b)] = {k: round(1000 * v / b, 4) for k, v in method.stage_seconds.items()}
     p50 = float(np.percentile(single, 50))
+    add_ms = []
+    for i in range(5):  # append 10-utterance sessions to the first memory (graph built): the incremental update;
+        # the reference below then checks the grown memory
+        vecs = data.utterances[rng.integers(len(data.utterances), size=10)]
+        turns = [(f"added{i}:{t}", "user", f"added session {i} turn {t}") for t in range(10)]
+        t = time.perf_counter()
+        method.add_session(data, 0, f"added{i}", float(ds.memories[0].dates.max()), turns, vecs)
+        add_ms.append(1000 * (time.perf_counter() - t))
     reference = {"reference_build_s": None, "reference_single_ms": None, "speedup_vs_reference": None,
                  "build_speedup_vs_reference": None, "top10_agreement": None, "reference_questions": 0}
     if n_reference > 0:
@@ -106,12 +116,11 @@ def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single
                      round(reference_build_s / build_s, 1), "top10_agreement": agree / len(fast),
                      "reference_questions": len(fast)}
     return {
-        "sessions": int(sum(len(m.sessions) for m in ds.memories) / len(ds.memories)),
-        "utterances": int(np.mean([len(ds.memory_utterances(m)) for m in range(len(ds.memories))])),
+        **size,
         "device": f"{backend.name}: {backend.device}", "build_s": round(build_s, 4),
         "single_p50_ms": round(p50, 3), "single_p95_ms": round(float(np.percentile(single, 95)), 3),
         "batch_qps": {k: round(v, 1) for k, v in qps.items()}, "stage_ms_per_question": stages,
-        "add_session_ms": None,  # incremental update is not implemented yet
+        "add_session_ms": round(float(np.median(add_ms)), 3),
         **reference,
     }
 

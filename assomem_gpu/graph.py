@@ -39,6 +39,7 @@ class MemoryGraph:
     clue_sessions: list[np.ndarray]  # bank session rows merged into each clue
     adjacency: sp.csr_matrix  # (n_nodes, n_nodes) float32, symmetric
     n_speakers: int = 0
+    utt_pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # directed top-k similarity pairs (local)
 
     def __post_init__(self):
         self._by_clue = np.argsort(self.utt_clue, kind="stable")
@@ -85,14 +86,19 @@ def similarity_pairs(emb: np.ndarray, threshold: float, k: int) -> tuple[np.ndar
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
     x = np.ascontiguousarray(emb, dtype=np.float32)
     rows, cols, sims = _range_search(x, float(threshold) - 1e-4)
+    return select_top(rows, cols, sims, threshold, k)
+
+
+def select_top(rows: np.ndarray, cols: np.ndarray, sims: np.ndarray, threshold: float,
+               k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of candidate pairs, those above the threshold (cosines rounded to 1e-6), the ``k`` most similar per row."""
     sims = np.round(sims.astype(np.float64), 6)
     keep = (cols != rows) & (sims > threshold)
     rows, cols, sims = rows[keep], cols[keep], sims[keep]
     order = np.lexsort((cols, -sims, rows))  # per row: most similar first, then lower index
     rows, cols, sims = rows[order], cols[order], sims[order]
     starts = np.searchsorted(rows, rows, side="left")
-    rank = np.arange(len(rows)) - starts
-    top = rank < k
+    top = np.arange(len(rows)) - starts < k
     return rows[top], cols[top], sims[top].astype(np.float32)
 
 
@@ -129,15 +135,44 @@ def merge_clues(session_emb: np.ndarray, delta: float) -> np.ndarray:
 def build_graph(ds: Dataset, memory: int, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
                 config: GraphConfig = GraphConfig()) -> MemoryGraph:
     """The graph of ``ds.memories[memory]``. ``utt_emb`` is bank-aligned; ``session_clue_emb`` is bank-session-aligned."""
+    utterances = ds.memory_utterances(memory)
+    pairs = similarity_pairs(utt_emb[utterances], config.gamma, config.max_neighbors)
+    return _assemble(ds, memory, utterances, pairs, session_clue_emb, config)
+
+
+def add_session_to_graph(g: MemoryGraph, ds: Dataset, memory: int, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
+                         config: GraphConfig = GraphConfig()) -> MemoryGraph:
+    """``g`` grown by the sessions appended to ``ds.memories[memory]`` since it was built, equal to a rebuild.
+
+    Only the new utterances are compared with the memory (one GEMM of new × all); an old utterance's neighbour list
+    changes only where a new utterance enters its top ``max_neighbors``. Clue merging is redone at the session level.
+    """
+    utterances = ds.memory_utterances(memory)
+    n_old = g.n_utt
+    if not np.array_equal(utterances[:n_old], g.utterances):
+        raise ValueError("the memory changed other than by appending sessions; rebuild its graph")
+    x = np.ascontiguousarray(utt_emb[utterances], dtype=np.float32)
+    sims = x[n_old:] @ x.T  # (new, all)
+    new_r, all_c = np.nonzero(sims > config.gamma - 1e-4)
+    vals = sims[new_r, all_c]
+    old_rows, old_cols, old_sims = g.utt_pairs
+    back = all_c < n_old  # old utterance -> new utterance candidates
+    rows = np.concatenate([old_rows, n_old + new_r, all_c[back]])
+    cols = np.concatenate([old_cols, all_c, n_old + new_r[back]])
+    pairs = select_top(rows, cols, np.concatenate([old_sims, vals, vals[back]]), config.gamma, config.max_neighbors)
+    return _assemble(ds, memory, utterances, pairs, session_clue_emb, config)
+
+
+def _assemble(ds: Dataset, memory: int, utterances: np.ndarray, utt_pairs, session_clue_emb: np.ndarray,
+              config: GraphConfig) -> MemoryGraph:
     bank = ds.bank
     sessions = ds.memories[memory].sessions
     off = np.asarray(bank.offsets)
     counts = off[sessions + 1] - off[sessions]
-    utterances = ds.memory_utterances(memory)
     n_u = len(utterances)
     labels = merge_clues(session_clue_emb[sessions], config.delta)
     n_c = int(labels.max()) + 1 if len(labels) else 0
-    clue_emb = np.zeros((n_c, utt_emb.shape[1]), np.float32)
+    clue_emb = np.zeros((n_c, session_clue_emb.shape[1]), np.float32)
     np.add.at(clue_emb, labels, session_clue_emb[sessions])
     clue_emb /= np.maximum(np.linalg.norm(clue_emb, axis=1, keepdims=True), 1e-12)
     utt_clue = np.repeat(labels, counts)
@@ -149,7 +184,7 @@ def build_graph(ds: Dataset, memory: int, utt_emb: np.ndarray, session_clue_emb:
     # similarity: clue–clue and utterance–utterance
     ci, cj, cv = similarity_pairs(clue_emb, config.gamma, config.max_neighbors)
     rows.append(n_u + ci), cols.append(n_u + cj), vals.append(cv)
-    ui, uj, uv = similarity_pairs(utt_emb[utterances], config.gamma, config.max_neighbors)
+    ui, uj, uv = utt_pairs
     rows.append(ui), cols.append(uj), vals.append(uv)
     # consecutive turns of a session
     if config.adjacency_weight > 0 and n_u > 1:
@@ -169,4 +204,4 @@ def build_graph(ds: Dataset, memory: int, utt_emb: np.ndarray, session_clue_emb:
     n = n_u + n_c + n_p
     directed = sp.csr_matrix((v, (r, c)), shape=(n, n))  # edge types meeting on one pair add up
     adj = directed.maximum(directed.T).tocsr().astype(np.float32)
-    return MemoryGraph(utterances, utt_clue, clue_emb, clue_sessions, adj, n_p)
+    return MemoryGraph(utterances, utt_clue, clue_emb, clue_sessions, adj, n_p, utt_pairs)

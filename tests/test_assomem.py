@@ -151,3 +151,49 @@ def test_bad_assomem_options_are_clear_errors(tmp_path, capsys):
     assert eval_main(["--dataset", f"longmemeval:{synthetic_lme(tmp_path)}", "--method", "assomem", "--encoder",
                       "hashing", "--damping", "1.5"]) == 2
     assert "--damping" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("clues", [True, False])
+def test_add_session_equals_rebuild(tmp_path, clues):
+    enc = HashingEncoder()
+    path = synthetic_lme(tmp_path)
+    fusion = fixed_weights(("relevance", "importance", "temporal", "lexical"))
+    config = AssoMemConfig(clue_mode="centroid", clues=clues, top_clues=2, min_candidates=2)
+    grown = EmbeddedDataset.build(load_dataset(f"longmemeval:{path}"), enc)
+    method = AssoMem(config, fusion, enc)
+    method.rank(grown, [0, 1], 50)  # graphs of memories 0 and 1 built
+    turns = [("new:0", "user", "I have been cooking pasta with my sister every Friday."),
+             ("new:1", "assistant", "Cooking pasta together sounds lovely.")]
+    date = grown.dataset.memories[0].dates.max() + 86_400
+    method.add_session(grown, 0, "new", date, turns, enc.encode([f"{s}: {t}" for _, s, t in turns]))
+    # the same memory built from scratch with the session in it
+    fresh = EmbeddedDataset.build(load_dataset(f"longmemeval:{path}"), enc)
+    fresh.dataset.bank.add_session("new", date, turns)
+    fresh.utterances = enc.encode(fresh.dataset.bank.encoded_texts())
+    from assomem_gpu.memory import Memory
+
+    m = fresh.dataset.memories[0]
+    fresh.dataset.memories[0] = Memory(np.append(m.sessions, fresh.dataset.bank.n_sessions - 1), np.append(m.dates, date))
+    rebuilt = AssoMem(config, fusion, enc)
+    assert np.array_equal(method.graph(grown, 0).adjacency.toarray(), rebuilt.graph(fresh, 0).adjacency.toarray())
+    for a, b in zip(method.rank(grown, [0, 1], 50), rebuilt.rank(fresh, [0, 1], 50)):
+        assert [grown.dataset.bank.utt_ids[i] for i in a] == [fresh.dataset.bank.utt_ids[i] for i in b]
+    assert "new:0" in [grown.dataset.bank.utt_ids[i] for i in method.rank(grown, [0], 5)[0]]
+
+
+def test_add_session_rejects_bad_input_without_changes(tmp_path):
+    enc = HashingEncoder()
+    data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), enc)
+    method = AssoMem(AssoMemConfig(clue_mode="centroid"), fixed_weights(("relevance",)), enc)
+    n_sessions, n_utt = data.dataset.bank.n_sessions, len(data.utterances)
+    turn = [("x:0", "user", "hello")]
+    for args, message in [((0, "answer_0", 0.0, turn, enc.encode(["hello"])), "already exists"),
+                          ((0, "x", 0.0, turn, np.zeros((2, enc.dim))), "embeddings must be"),
+                          ((0, "x", 0.0, turn, np.full((1, enc.dim), np.nan)), "embeddings must be"),
+                          ((99, "x", 0.0, turn, enc.encode(["hello"])), "no memory 99")]:
+        with pytest.raises(ValueError, match=message):
+            method.add_session(data, *args)
+    with pytest.raises(ValueError, match="per-session clue mode"):
+        AssoMem(AssoMemConfig(), fixed_weights(("relevance",)), enc).add_session(data, 0, "x", 0.0, turn,
+                                                                                 enc.encode(["hello"]))
+    assert data.dataset.bank.n_sessions == n_sessions and len(data.utterances) == n_utt
