@@ -85,7 +85,7 @@ class AssoMem:
         self.config, self.fusion, self.encoder, self.name = config, fusion, encoder, name
         self.backend = backend or get_backend("auto")
         self.stage_seconds: dict[str, float] = defaultdict(float)  # wall time per stage, summed over calls
-        self._data_id: int | None = None  # graphs and BM25 indexes below belong to this dataset
+        self._data_id: int | None = None  # the graphs, BM25 indexes and mention times below belong to this dataset
         self._graphs: dict[int, MemoryGraph] = {}
         self._lexical: dict[int, BM25Index] = {}
         self._mentions: dict[tuple[int, float], np.ndarray] = {}
@@ -107,7 +107,7 @@ class AssoMem:
         """Clue embedding of every bank session, derived once per dataset and clue mode."""
         if self._data_id != id(data):
             self._data_id = id(data)
-            self._graphs.clear(), self._lexical.clear()
+            self._graphs.clear(), self._lexical.clear(), self._mentions.clear()
         mode = self.config.clue_mode
         key = ("clues", mode, self.config.llm if mode == "llm" else None)
         if key not in data.derived:
