@@ -184,7 +184,7 @@ class AssoMem:
         with self._stage("graph"):
             graphs = {m: self.graph(data, m) for m in groups}
         with self._stage("candidates"):
-            rel_all = {m: data.questions[g] @ data.utterances[graphs[m].utterances].T for m, g in groups.items()}
+            rel_all = {m: data.questions[g] @ graphs[m].rows_of(data.utterances).T for m, g in groups.items()}
             local_all = {q: self._candidates(graphs[m], rel_all[m][j], data.questions[q])
                          for m, g in groups.items() for j, q in enumerate(g)}
         with self._stage("ppr"):
@@ -234,7 +234,7 @@ class AssoMem:
         """PPR of every question in one batched power iteration over the block-diagonal stack of their graphs."""
         mems = list(groups)
         transitions = [graphs[m].transition() for m in mems]
-        teleports = [teleport(data.utterances[graphs[m].utterances], data.questions[groups[m]], graphs[m].n_nodes)
+        teleports = [teleport(graphs[m].rows_of(data.utterances), data.questions[groups[m]], graphs[m].n_nodes)
                      for m in mems]
         stacked, tele, starts = stack_block_diagonal(transitions, teleports)
         be = self.backend

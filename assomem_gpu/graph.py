@@ -45,6 +45,14 @@ class MemoryGraph:
         self._by_clue = np.argsort(self.utt_clue, kind="stable")
         self._clue_starts = np.searchsorted(self.utt_clue[self._by_clue], np.arange(self.n_clues))
         self._clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
+        self._contiguous = bool(len(self.utterances) < 2 or np.all(np.diff(self.utterances) == 1))
+
+    def rows_of(self, bank_array: np.ndarray) -> np.ndarray:
+        """The utterance nodes' rows of a bank-aligned array: a view when they are one contiguous range (no copy)."""
+        u = self.utterances
+        if len(u) and u[-1] - u[0] + 1 == len(u) and self._contiguous:
+            return bank_array[u[0] : u[-1] + 1]
+        return bank_array[u]
 
     def clue_max(self, values: np.ndarray) -> np.ndarray:
         """Per clue, the largest value among its utterances (``values`` per utterance node; -inf for none)."""
