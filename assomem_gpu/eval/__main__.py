@@ -28,7 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, help="evaluate a seeded random sample of this many questions")
     p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions")
     p.add_argument("--haystack-sessions", type=int, help="grow every LongMemEval haystack to this many sessions")
-    p.add_argument("--rankings", help="write the rankings here as JSON Lines (one method only)")
+    p.add_argument("--rankings", help="write the rankings here as JSON Lines (with several methods: one file each, "
+                                      "NAME.<method>.jsonl)")
     p.add_argument("--depth", type=int, default=100, help="ranking length kept and exported (at least 50)")
     p.add_argument("--output", help="write results as JSON here")
     p.add_argument("--encoder", default=DEFAULT_MODEL, help="sentence-embedding model id or local path ('hashing' for tests)")
@@ -41,8 +42,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [m for m in args.methods if m not in ALL_METHODS]
     if unknown or not args.methods:
         p.error(f"unknown method {', '.join(unknown) or '(none)'}; choose from {', '.join(ALL_METHODS)}")
-    if args.rankings and len(args.methods) > 1:
-        p.error("--rankings takes one --method")
     if any(k < 1 for k in args.k):
         p.error("--k values must be positive")
     if args.depth < 1 or args.batch_size < 1:
@@ -64,6 +63,12 @@ def build_methods(args: argparse.Namespace, encoder) -> list:
     if args.fixed_weights:
         fusion = fixed_weights(config.signals)
     return [make_method(m) if m in METHODS else make_assomem(m, config, encoder, fusion) for m in args.methods]
+
+
+def rankings_path(path: str, method: str, n_methods: int) -> Path:
+    """``path`` itself for one method; ``<stem>.<method><suffix>`` beside it for several."""
+    p = Path(path)
+    return p if n_methods == 1 else p.with_name(f"{p.stem}.{method}{p.suffix or '.jsonl'}")
 
 
 def _restrict(fusion, signals):
@@ -95,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     results = [evaluate(data, m, args.k, depth=args.depth, batch_size=args.batch_size, progress=not args.quiet,
                         folds=args.folds, seed=args.seed) for m in methods]
     if args.rankings:
-        write_rankings(args.rankings, data, results[0].rankings)
+        for r in results:
+            write_rankings(rankings_path(args.rankings, r.method, len(results)), data, r.rankings)
     report = {
         "dataset": args.dataset, "n_questions": len(ds.questions),
         "n_evaluated": sum(len(q.evidence) > 0 for q in ds.questions),
