@@ -16,7 +16,7 @@ import numpy as np
 from .backend import Backend, get_backend
 from .clues import clue_embeddings, keyword_clues
 from .encode import Encoder
-from .memory import Memory
+from .memory import Memory, MemoryBank
 from .fusion import FusionModel, fit_fusion, fixed_weights
 from .graph import GraphConfig, MemoryGraph, add_session_to_graph, build_graph
 from .kernels.fused_topk import MAX_K
@@ -85,7 +85,7 @@ class AssoMem:
         self.config, self.fusion, self.encoder, self.name = config, fusion, encoder, name
         self.backend = backend or get_backend("auto")
         self.stage_seconds: dict[str, float] = defaultdict(float)  # wall time per stage, summed over calls
-        self._data_id: int | None = None  # the graphs, BM25 indexes and mention times below belong to this dataset
+        self._data: EmbeddedDataset | None = None  # the graphs, BM25 indexes and mention times below belong to it
         self._graphs: dict[int, MemoryGraph] = {}
         self._lexical: dict[int, BM25Index] = {}
         self._mentions: dict[tuple[int, float], np.ndarray] = {}
@@ -105,11 +105,11 @@ class AssoMem:
     # ---- per-dataset state -------------------------------------------------------------------------------------
     def _clue_emb(self, data: EmbeddedDataset) -> np.ndarray:
         """Clue embedding of every bank session, derived once per dataset and clue mode."""
-        if self._data_id != id(data):
-            self._data_id = id(data)
+        if self._data is not data:
+            self._data = data
             self._graphs.clear(), self._lexical.clear(), self._mentions.clear()
         mode = self.config.clue_mode
-        key = ("clues", mode, self.config.llm if mode == "llm" else None)
+        key = self._clue_key()
         if key not in data.derived:
             bank = data.dataset.bank
             texts = None
@@ -119,6 +119,10 @@ class AssoMem:
                 texts = self._llm_texts(bank)
             data.derived[key] = clue_embeddings(bank, data.utterances, mode, self.encoder, texts)
         return data.derived[key]
+
+    def _clue_key(self) -> tuple:
+        mode = self.config.clue_mode
+        return ("clues", mode, self.config.llm if mode == "llm" else None)
 
     def _graph_config(self) -> GraphConfig:
         if "importance" not in self.config.signals:  # no PageRank: only clues and ownership are needed
@@ -150,20 +154,26 @@ class AssoMem:
             raise ValueError(f"no memory {memory}")
         if ds.bank.session_index(session_id) is not None:
             raise ValueError(f"session {session_id!r} already exists")
+        turns = [tuple(t) for t in turns]
+        if not turns or any(len(t) != 3 or not all(isinstance(x, str) for x in t) for t in turns):
+            raise ValueError("turns must be a non-empty list of (utterance id, speaker, text) strings")
         if emb.shape != (len(turns), data.utterances.shape[1]) or not np.isfinite(emb).all():
             raise ValueError(f"embeddings must be finite, shaped ({len(turns)}, {data.utterances.shape[1]}), "
                              f"got {emb.shape}")
         self._clue_emb(data)  # the clue embeddings exist before the bank grows
-        row = ds.bank.add_session(session_id, float(date), [tuple(t) for t in turns])
+        one = MemoryBank()
+        one.add_session(session_id, float(date), turns)
+        new_clue = clue_embeddings(one, emb, self.config.clue_mode, self.encoder, self._llm_texts(one))
+        # nothing below can fail on the input: the dataset and graph grow together
+        row = ds.bank.add_session(session_id, float(date), turns)
         data.utterances = np.concatenate([data.utterances, emb])
         mem = ds.memories[memory]
         ds.memories[memory] = Memory(np.append(mem.sessions, row), np.append(mem.dates, float(date)))
-        key = ("clues", self.config.clue_mode, self.config.llm if self.config.clue_mode == "llm" else None)
-        new_clue = clue_embeddings(_one_session(ds.bank, row), emb, self.config.clue_mode, self.encoder,
-                                   self._llm_texts(_one_session(ds.bank, row)))
-        data.derived[key] = np.concatenate([data.derived[key], new_clue])
+        for key in [k for k in data.derived if k[0] == "clues" and k != self._clue_key()]:
+            del data.derived[key]  # other clue modes' arrays no longer cover the bank: re-derived when needed
+        data.derived[self._clue_key()] = np.concatenate([data.derived[self._clue_key()], new_clue])
         if memory in self._graphs:
-            g = add_session_to_graph(self._graphs[memory], ds, memory, data.utterances, data.derived[key],
+            g = add_session_to_graph(self._graphs[memory], ds, memory, data.utterances, data.derived[self._clue_key()],
                                      self._graph_config())
             self._graphs[memory] = g if self.config.clues else _without_clues(g)
         self._lexical.pop(memory, None)
@@ -313,22 +323,11 @@ class AssoMem:
         return self.fuse(self.features(data, questions), data.questions[list(questions)], self.fusion, depth)
 
 
-def _one_session(bank, row: int):
-    """A bank holding only session ``row`` (for computing one session's clue)."""
-    from .memory import MemoryBank
-
-    one = MemoryBank()
-    lo, hi = bank.offsets[row], bank.offsets[row + 1]
-    one.add_session(bank.session_ids[row], bank.session_dates[row],
-                    list(zip(bank.utt_ids[lo:hi], bank.utt_speakers[lo:hi], bank.utt_texts[lo:hi])))
-    return one
-
-
 def _without_clues(g: MemoryGraph) -> MemoryGraph:
     """The graph with its clue nodes and their edges removed (node order becomes [utterances | speakers])."""
     keep = np.concatenate([np.arange(g.n_utt), g.n_utt + g.n_clues + np.arange(g.n_speakers)])
     adj = g.adjacency[keep][:, keep].tocsr()
-    return MemoryGraph(g.utterances, np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32), [],
+    return MemoryGraph(g.utterances, np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32),
                        adj, g.n_speakers, g.utt_pairs)
 
 

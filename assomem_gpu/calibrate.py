@@ -67,7 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from .assomem import AssoMem
     from .cli_options import add_assomem_options, config_from_options
     from .data import load_dataset
     from .encode import DEFAULT_MODEL, make_encoder
@@ -95,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     method = AssoMem(config, encoder=encoder)
     questions = list(range(len(ds.questions)))
     feats = compute_features(method, data, questions, progress=not args.quiet)
-    model = method.fit(data, questions, feats)
+    try:
+        model = method.fit(data, questions, feats)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     save_weights(args.output, model, config.to_json())
     print(f"calibrated on {sum(len(q.evidence) > 0 for q in ds.questions)} questions; weights per type "
           f"({', '.join(model.signals)}):")

@@ -32,11 +32,13 @@ def add_assomem_options(p: argparse.ArgumentParser) -> None:
         a.add_argument(f"--no-{name}", action="store_true", help=f"ablation: drop the {name} signal")
     a.add_argument("--no-clues", action="store_true", help="ablation: no clue nodes; all utterances are candidates")
     a.add_argument("--fixed-weights", action="store_true", help="ablation: equal signal weights, no CMI")
-    a.add_argument("--weights", help="fusion weights (and config) saved by python -m assomem_gpu.calibrate")
+    a.add_argument("--weights", help="fusion weights and the config they were calibrated with (python -m "
+                   "assomem_gpu.calibrate); that config replaces the options above, except --no-* ablations")
 
 
 def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = None) -> AssoMemConfig:
-    """The config the options describe; with ``base`` (from a weights file), options left at default keep base's."""
+    """The config the options describe; with ``base`` (from a weights file) that saved config is used as it is,
+    except for the ``--no-*`` ablations."""
     if base is not None:
         return replace(base, signals=tuple(s for s in base.signals if not getattr(args, f"no_{s}", False)),
                        clues=base.clues and not args.no_clues)

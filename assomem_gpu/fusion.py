@@ -32,7 +32,7 @@ def mutual_information(bins: np.ndarray, labels: np.ndarray, n_bins: int) -> flo
 
 
 def quantile_bins(values: np.ndarray, edges: Sequence[float]) -> np.ndarray:
-    """Bin of each value, cut at the given quantiles of the values themselves (ties fall into the lower bin)."""
+    """Bin of each value, cut at the given quantiles of the values themselves (a value equal to an edge goes up)."""
     if len(values) == 0:
         return np.zeros(0, np.int64)
     return np.searchsorted(np.quantile(values, edges), values, side="right").astype(np.int64)
@@ -117,6 +117,8 @@ def fit_fusion(signals: Sequence[str], types: Sequence[str | None], scores: Sequ
                labels: Sequence[np.ndarray], active: Sequence[np.ndarray], q_emb: np.ndarray,
                bin_edges: Sequence[float], weight_temperature: float) -> FusionModel:
     """CMI weights per type from calibration questions, and the type classifier over their embeddings."""
+    if len(types) == 0:
+        raise ValueError("no calibration question has evidence: the fusion weights cannot be fitted")
     names = [t if t is not None else UNTYPED for t in types]
     kinds = sorted(set(names))
     cmi = np.stack([conditional_mi([scores[i] for i in range(len(names)) if names[i] == t],

@@ -36,7 +36,6 @@ class MemoryGraph:
     utterances: np.ndarray  # bank rows (int64)
     utt_clue: np.ndarray  # clue of each utterance node (int64)
     clue_emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
-    clue_sessions: list[np.ndarray]  # bank session rows merged into each clue
     adjacency: sp.csr_matrix  # (n_nodes, n_nodes) float32, symmetric
     n_speakers: int = 0
     utt_pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # directed top-k similarity pairs (local)
@@ -184,7 +183,6 @@ def _assemble(ds: Dataset, memory: int, utterances: np.ndarray, utt_pairs, sessi
     np.add.at(clue_emb, labels, session_clue_emb[sessions])
     clue_emb /= np.maximum(np.linalg.norm(clue_emb, axis=1, keepdims=True), 1e-12)
     utt_clue = np.repeat(labels, counts)
-    clue_sessions = [sessions[labels == c] for c in range(n_c)]
 
     rows, cols, vals = [], [], []
     # ownership
@@ -198,7 +196,8 @@ def _assemble(ds: Dataset, memory: int, utterances: np.ndarray, utt_pairs, sessi
     if config.adjacency_weight > 0 and n_u > 1:
         starts = np.cumsum(counts) - counts
         same = np.ones(n_u - 1, bool)
-        same[(starts[1:] - 1)[starts[1:] > 0]] = False  # no edge across a session boundary
+        b = starts[1:]
+        same[(b - 1)[(b > 0) & (b < n_u)]] = False  # no edge across a session boundary
         a = np.flatnonzero(same)
         rows.append(a), cols.append(a + 1), vals.append(np.full(len(a), config.adjacency_weight, np.float32))
     n_p = 0
@@ -212,4 +211,4 @@ def _assemble(ds: Dataset, memory: int, utterances: np.ndarray, utt_pairs, sessi
     n = n_u + n_c + n_p
     directed = sp.csr_matrix((v, (r, c)), shape=(n, n))  # edge types meeting on one pair add up
     adj = directed.maximum(directed.T).tocsr().astype(np.float32)
-    return MemoryGraph(utterances, utt_clue, clue_emb, clue_sessions, adj, n_p, utt_pairs)
+    return MemoryGraph(utterances, utt_clue, clue_emb, adj, n_p, utt_pairs)

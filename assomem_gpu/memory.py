@@ -61,11 +61,14 @@ class MemoryBank:
 
         Raises ``ValueError`` when a session with this id but other content exists.
         """
+        turns = [tuple(t) for t in turns]
+        if any(len(t) != 3 for t in turns):
+            raise ValueError(f"session {session_id!r}: turns must be (utterance id, speaker, text)")
         known = self._by_id.get(session_id)
         if known is not None:
             lo, hi = self.offsets[known], self.offsets[known + 1]
             held = list(zip(self.utt_ids[lo:hi], self.utt_speakers[lo:hi], self.utt_texts[lo:hi]))
-            if held != [tuple(t) for t in turns]:
+            if held != turns:
                 raise ValueError(f"session {session_id!r} appears twice with different content")
             return known
         row = len(self.session_ids)

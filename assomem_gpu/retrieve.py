@@ -42,7 +42,7 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """
     scores = np.where(np.isnan(scores), -np.inf, scores)
     n = scores.shape[-1]
-    if k >= n // 8 or scores.ndim != 2:
+    if k < 1 or k >= n // 8 or scores.ndim != 2:
         return np.argsort(-scores, axis=-1, kind="stable")[..., :k]
     out = np.empty((len(scores), k), np.int64)
     for r, row in enumerate(scores):

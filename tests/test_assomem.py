@@ -190,7 +190,9 @@ def test_add_session_rejects_bad_input_without_changes(tmp_path):
     for args, message in [((0, "answer_0", 0.0, turn, enc.encode(["hello"])), "already exists"),
                           ((0, "x", 0.0, turn, np.zeros((2, enc.dim))), "embeddings must be"),
                           ((0, "x", 0.0, turn, np.full((1, enc.dim), np.nan)), "embeddings must be"),
-                          ((99, "x", 0.0, turn, enc.encode(["hello"])), "no memory 99")]:
+                          ((99, "x", 0.0, turn, enc.encode(["hello"])), "no memory 99"),
+                          ((0, "x", 0.0, [], np.zeros((0, enc.dim))), "non-empty list"),
+                          ((0, "x", 0.0, [("x:0", "hello")], enc.encode(["hello"])), "non-empty list")]:
         with pytest.raises(ValueError, match=message):
             method.add_session(data, *args)
     with pytest.raises(ValueError, match="per-session clue mode"):

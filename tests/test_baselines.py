@@ -62,6 +62,7 @@ def test_top_k_tie_break_and_nan():
     scores = np.array([[0.5, 0.9, 0.5, np.nan, 0.9]])
     assert top_k(scores, 5).tolist() == [[1, 4, 0, 2, 3]]
     assert top_k(scores, 2).tolist() == [[1, 4]]
+    assert top_k(np.zeros((2, 40)), 0).shape == (2, 0)
 
 
 def test_make_method_rejects_unknown():

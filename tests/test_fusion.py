@@ -65,6 +65,11 @@ def test_classifier_mixes_type_weights_and_roundtrips(tmp_path):
     assert np.allclose(again.weights(emb, np.ones((40, 2), bool)), model.weights(emb, np.ones((40, 2), bool)), atol=1e-6)
 
 
+def test_fit_without_evidence_is_a_clear_error():
+    with pytest.raises(ValueError, match="no calibration question has evidence"):
+        fit_fusion(["a"], [], [], [], [], np.zeros((0, 4)), (0.5, 0.9), 0.05)
+
+
 def test_fixed_weights_are_uniform_and_bad_files_are_rejected(tmp_path):
     assert fixed_weights(["a", "b", "c"]).weights(np.zeros((1, 4)), np.ones((1, 3), bool)).tolist() == [[1 / 3] * 3]
     bad = tmp_path / "bad.json"

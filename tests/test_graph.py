@@ -74,3 +74,16 @@ def test_gemm_range_search_equals_faiss(monkeypatch):
     without = similarity_pairs(emb, 0.4, k=5)
     assert np.array_equal(with_faiss[0], without[0]) and np.array_equal(with_faiss[1], without[1])
     assert np.allclose(with_faiss[2], without[2], atol=2e-6)  # BLAS and FAISS may round the last digit apart
+
+
+def test_memory_ending_with_an_empty_session(tmp_path):
+    import json
+
+    lines = [{"type": "session", "id": "a", "utterances": [{"text": "one"}, {"text": "two"}, {"text": "three"}]},
+             {"type": "session", "id": "b", "utterances": []}]
+    path = tmp_path / "e.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines))
+    ds = load_dataset(f"jsonl:{path}")
+    data = EmbeddedDataset.build(ds, HashingEncoder())
+    g = build_graph(ds, 0, data.utterances, centroid_embeddings(ds.bank, data.utterances))
+    assert g.n_utt == 3 and g.adjacency[0, 1] == 1.0 and g.adjacency[1, 2] == 1.0

@@ -202,3 +202,12 @@ def test_limit_subset_keeps_haystacks_and_ids(tmp_path):
     assert part.bank.n_sessions <= 20  # compact: only reachable sessions
     with pytest.raises(ValueError, match="limit must be positive"):
         load_dataset(f"longmemeval:{path}", limit=0)
+
+
+def test_jsonl_numeric_zero_ids_are_kept(tmp_path):
+    lines = [{"type": "session", "id": "s", "memory": 0, "utterances": [{"id": 0, "text": "zero"}]},
+             {"type": "question", "id": "q", "text": "?", "memory": 0, "evidence": [0]}]
+    path = tmp_path / "z.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines))
+    ds = load_dataset(f"jsonl:{path}")
+    assert ds.bank.utt_ids == ["0"] and ids(ds, ds.questions[0].evidence) == ["0"]

@@ -67,6 +67,8 @@ def test_teleport_clips_negatives_and_skips_clues():
     ("How many poems have I written since I started three weeks ago?", "2023-05-02", "2023-05-30", None),
     ("How many days ago did I buy the shoes?", None, None, None),
     ("How long is my commute?", None, None, None),
+    ("What may I bring to the march?", None, None, None),
+    ("How many museums did I visit in the month of February?", "2023-02-01", "2023-03-01", None),
 ])
 def test_question_constraints(text, start, end, order):
     c = parse_constraint(text, Q)

@@ -31,7 +31,8 @@ def load_jsonl(path: str) -> Dataset:
     raw_questions = []
     for rec, obj in records:
         kind = field(path, rec, obj, "type", str)
-        memory = str(field(path, rec, obj, "memory", (str, int), optional=True) or "default")
+        given = field(path, rec, obj, "memory", (str, int), optional=True)
+        memory = "default" if given is None else str(given)
         if kind == "question":
             raw_questions.append((rec, obj, memory))
             continue
@@ -41,7 +42,8 @@ def load_jsonl(path: str) -> Dataset:
         turns = []
         for t, utt in enumerate(field(path, rec, obj, "utterances", list)):
             where = f"{rec}, utterances[{t}]"
-            uid = str(field(path, where, utt, "id", (str, int), optional=True) or f"{sid}:{t}")
+            given_id = field(path, where, utt, "id", (str, int), optional=True)
+            uid = f"{sid}:{t}" if given_id is None else str(given_id)
             turns.append((uid, field(path, where, utt, "speaker", str, optional=True) or "", field(path, where, utt, "text", str)))
         known = utt_rows.setdefault(memory, {})
         clash = next((u for u, _, _ in turns if u in known), None) or _first_duplicate([u for u, _, _ in turns])

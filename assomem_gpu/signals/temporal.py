@@ -27,8 +27,11 @@ _THIS = re.compile(r"\b(?:this|current)\s+(week|weekend|month|year)\b", re.I)
 _DAYWORD = re.compile(r"\b(yesterday|today|tonight|this morning|this afternoon|this evening)\b", re.I)
 _WEEKDAY = re.compile(r"\blast\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I)
 _MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
-_ABSOLUTE = re.compile(rf"\b(?:(?:{_MONTHS})(?:\s+\d{{1,2}}(?:st|nd|rd|th)?)?(?:,?\s+\d{{4}})?|\d{{1,2}}(?:st|nd|rd|th)?\s+"
-                       rf"(?:of\s+)?(?:{_MONTHS})(?:,?\s+\d{{4}})?|\d{{4}}[/-]\d{{1,2}}[/-]\d{{1,2}}|(?:in|during)\s+\d{{4}})\b", re.I)
+_DAYNUM = r"\d{1,2}(?:st|nd|rd|th)?"
+# a month counts only with a day or a year, or after a preposition: "you may want" and "march on" are no dates
+_ABSOLUTE = re.compile(rf"\b(?:(?:{_MONTHS})\s+{_DAYNUM}(?:,?\s+\d{{4}})?\b|(?:{_MONTHS}),?\s+\d{{4}}|{_DAYNUM}\s+"
+                       rf"(?:of\s+)?(?:{_MONTHS})(?:,?\s+\d{{4}})?|(?:in|during|since|early|late|mid|until|before|after|"
+                       rf"of)\s+(?:{_MONTHS})|\d{{4}}[/-]\d{{1,2}}[/-]\d{{1,2}}|(?:in|during)\s+\d{{4}})\b", re.I)
 _LATEST = re.compile(r"\b(most recent(?:ly)?|latest|last time|currently|current|right now|these days|nowadays|"
                      r"at the moment|recently|lately|now)\b", re.I)
 _SINCE = re.compile(r"\b(since|ever since)\b", re.I)
@@ -103,7 +106,7 @@ def _resolve(expr: str, ref: float) -> float | None:
 
 def _absolute_window(expr: str, ref: float) -> tuple[float, float] | None:
     """A day for expressions with a day number, else the month, else the year."""
-    clean = re.sub(r"^(in|during)\s+", "", expr.strip(), flags=re.I)
+    clean = re.sub(r"^(in|during|since|early|late|mid|until|before|after|of)\s+", "", expr.strip(), flags=re.I)
     when = _resolve(clean, ref)
     if when is None:
         return None
