@@ -234,7 +234,7 @@ class AssoMem:
             return np.arange(g.n_utt)
         score = cfg.clue_mix * (g.clue_emb @ q_emb) + (1 - cfg.clue_mix) * g.clue_max(rel)
         order = top_k(score[None], g.n_clues)[0]
-        sizes = np.bincount(g.utt_clue, minlength=g.n_clues)[order]
+        sizes = g.clue_sizes[order]
         enough = int(np.searchsorted(np.cumsum(sizes), cfg.min_candidates)) + 1
         chosen = order[: max(cfg.top_clues, enough)]
         return np.flatnonzero(np.isin(g.utt_clue, chosen))
@@ -256,8 +256,7 @@ class AssoMem:
 
     def _lexical_index(self, data: EmbeddedDataset, memory: int, g: MemoryGraph) -> BM25Index:
         if memory not in self._lexical:
-            texts = data.dataset.bank.encoded_texts()
-            self._lexical[memory] = BM25Index([texts[i] for i in g.utterances])
+            self._lexical[memory] = BM25Index(data.dataset.bank.encoded_texts(g.utterances))
         return self._lexical[memory]
 
     def _temporal(self, ds, q: int, g: MemoryGraph, local: np.ndarray, times: np.ndarray) -> np.ndarray:

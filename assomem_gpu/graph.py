@@ -43,7 +43,8 @@ class MemoryGraph:
     def __post_init__(self):
         self._by_clue = np.argsort(self.utt_clue, kind="stable")
         self._clue_starts = np.searchsorted(self.utt_clue[self._by_clue], np.arange(self.n_clues))
-        self._clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
+        self.clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
+        self._transition: sp.csr_matrix | None = None
         self._contiguous = bool(len(self.utterances) < 2 or np.all(np.diff(self.utterances) == 1))
 
     def rows_of(self, bank_array: np.ndarray) -> np.ndarray:
@@ -57,7 +58,7 @@ class MemoryGraph:
         """Per clue, the largest value among its utterances (``values`` per utterance node; -inf for none)."""
         out = np.full(self.n_clues, -np.inf)
         if self.n_utt:
-            has = self._clue_sizes > 0
+            has = self.clue_sizes > 0
             out[has] = np.maximum.reduceat(values[self._by_clue], self._clue_starts[has])
         return out
 
@@ -74,7 +75,12 @@ class MemoryGraph:
         return self.n_utt + self.n_clues + self.n_speakers
 
     def transition(self) -> sp.csr_matrix:
-        """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass)."""
+        """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass), made once."""
+        if self._transition is None:
+            self._transition = self._column_stochastic()
+        return self._transition
+
+    def _column_stochastic(self) -> sp.csr_matrix:
         deg = np.asarray(self.adjacency.sum(axis=0)).ravel()
         lonely = np.flatnonzero(deg == 0)
         adj = self.adjacency + sp.csr_matrix((np.ones(len(lonely), np.float32), (lonely, lonely)), shape=self.adjacency.shape)

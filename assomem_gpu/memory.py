@@ -87,9 +87,10 @@ class MemoryBank:
         off = np.asarray(self.offsets)
         return np.repeat(np.arange(self.n_sessions), np.diff(off))
 
-    def encoded_texts(self) -> list[str]:
-        """The text each utterance is embedded as: ``"<speaker>: <text>"``, or the bare text without a speaker."""
-        return [f"{s}: {t}" if s else t for s, t in zip(self.utt_speakers, self.utt_texts)]
+    def encoded_texts(self, rows: Iterable[int] | None = None) -> list[str]:
+        """The text each utterance (or each of ``rows``) is embedded as: ``"<speaker>: <text>"``, or the bare text."""
+        rows = range(self.n_utterances) if rows is None else rows
+        return [f"{self.utt_speakers[i]}: {self.utt_texts[i]}" if self.utt_speakers[i] else self.utt_texts[i] for i in rows]
 
     def session_utterances(self, sessions: Iterable[int]) -> np.ndarray:
         """Utterance rows of the given sessions, in session then turn order."""

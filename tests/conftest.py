@@ -93,11 +93,14 @@ def locomo_samples():
              "qa": [{"question": "What music does Ann love?", "answer": "jazz", "evidence": ["D1:1"], "category": 1}]}]
 
 
+def write_json(path: Path, obj) -> Path:
+    path.write_text(json.dumps(obj))
+    return path
+
+
 @pytest.fixture
 def locomo_file(tmp_path, locomo_samples):
-    path = tmp_path / "locomo.json"
-    path.write_text(json.dumps(locomo_samples))
-    return path
+    return write_json(tmp_path / "locomo.json", locomo_samples)
 
 
 @pytest.fixture
@@ -123,9 +126,7 @@ def meetingqa_doc():
 
 @pytest.fixture
 def meetingqa_file(tmp_path, meetingqa_doc):
-    path = tmp_path / "meeting_qa_raw.json"
-    path.write_text(json.dumps(meetingqa_doc))
-    return path
+    return write_json(tmp_path / "meeting_qa_raw.json", meetingqa_doc)
 
 
 @pytest.fixture
