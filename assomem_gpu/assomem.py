@@ -21,7 +21,7 @@ from .fusion import FusionModel, fit_fusion, fixed_weights
 from .graph import GraphConfig, MemoryGraph, add_session_to_graph, build_graph
 from .kernels.fused_topk import MAX_K
 from .retrieve import EmbeddedDataset, by_memory, top_k
-from .signals.importance import personalized_pagerank, stack_block_diagonal, teleport
+from .signals.importance import stack_block_diagonal, teleport
 from .signals.lexical import BM25Index
 from .signals.temporal import TimeConstraint, mentions_time, parse_constraint, temporal_scores, windows
 
@@ -88,7 +88,8 @@ class AssoMem:
         self._data: EmbeddedDataset | None = None  # the graphs, BM25 indexes and mention times below belong to it
         self._graphs: dict[int, MemoryGraph] = {}
         self._lexical: dict[int, BM25Index] = {}
-        self._mentions: dict[tuple[int, float], np.ndarray] = {}
+        self._mentions: dict[tuple[int, float], np.ndarray] = {}  # (bank row, session date) -> mentioned times
+        self._has_time = np.zeros(0, np.int8)  # per bank row: 1 holds a time expression, 0 not, -1 not yet read
 
     @contextmanager
     def _stage(self, name: str):
@@ -108,6 +109,7 @@ class AssoMem:
         if self._data is not data:
             self._data = data
             self._graphs.clear(), self._lexical.clear(), self._mentions.clear()
+            self._has_time = np.zeros(0, np.int8)
         mode = self.config.clue_mode
         key = self._clue_key()
         if key not in data.derived:
@@ -135,6 +137,15 @@ class AssoMem:
             g = build_graph(data.dataset, memory, data.utterances, clue_emb, self._graph_config())
             self._graphs[memory] = g if self.config.clues else _without_clues(g)
         return self._graphs[memory]
+
+    def prepare(self, data: EmbeddedDataset, memory: int) -> None:
+        """Build everything a memory's questions read, so that the first question pays for none of it: the graph,
+        the BM25 index and which utterances mention a time (otherwise each is made on first use)."""
+        g = self.graph(data, memory)
+        if "lexical" in self.config.signals:
+            self._lexical_index(data, memory, g)
+        if "temporal" in self.config.signals:
+            self._mentions_time(data.dataset.bank, g.utterances)
 
     def add_session(self, data: EmbeddedDataset, memory: int, session_id: str, date: float,
                     turns: Sequence[tuple[str, str, str]], embeddings: np.ndarray) -> int:
@@ -166,7 +177,7 @@ class AssoMem:
         new_clue = clue_embeddings(one, emb, self.config.clue_mode, self.encoder, self._llm_texts(one))
         # nothing below can fail on the input: the dataset and graph grow together
         row = ds.bank.add_session(session_id, float(date), turns)
-        data.utterances = np.concatenate([data.utterances, emb])
+        data.append_utterances(emb)
         mem = ds.memories[memory]
         ds.memories[memory] = Memory(np.append(mem.sessions, row), np.append(mem.dates, float(date)))
         for key in [k for k in data.derived if k[0] == "clues" and k != self._clue_key()]:
@@ -188,6 +199,11 @@ class AssoMem:
 
     # ---- features ----------------------------------------------------------------------------------------------
     def features(self, data: EmbeddedDataset, questions: Sequence[int]) -> list[Features]:
+        """Candidates and normalised signals of each question, in passes of at most ``backend.max_batch``."""
+        questions, step = list(questions), self.backend.max_batch
+        return [f for lo in range(0, len(questions), step) for f in self._features(data, questions[lo : lo + step])]
+
+    def _features(self, data: EmbeddedDataset, questions: Sequence[int]) -> list[Features]:
         ds, cfg = data.dataset, self.config
         out: dict[int, Features] = {}
         groups = by_memory(ds, questions)
@@ -195,10 +211,9 @@ class AssoMem:
             graphs = {m: self.graph(data, m) for m in groups}
         with self._stage("candidates"):
             rel_all = {m: data.questions[g] @ graphs[m].rows_of(data.utterances).T for m, g in groups.items()}
-            local_all = {q: self._candidates(graphs[m], rel_all[m][j], data.questions[q])
-                         for m, g in groups.items() for j, q in enumerate(g)}
+            local_all = {m: self._candidates(graphs[m], rel_all[m], data.questions[g]) for m, g in groups.items()}
         with self._stage("ppr"):
-            ppr = self._importance(data, groups, graphs) if "importance" in cfg.signals else {}
+            ppr = self._importance(groups, graphs, rel_all, local_all) if "importance" in cfg.signals else {}
         for m, group in groups.items():
             g, rel = graphs[m], rel_all[m]
             with self._stage("lexical"):
@@ -206,13 +221,13 @@ class AssoMem:
                     if "lexical" in cfg.signals else None
             times = ds.utterance_times(m)
             for j, q in enumerate(group):
-                local = local_all[q]
+                local = local_all[m][j]
                 cols, active = [], []
                 for name in cfg.signals:
                     if name == "relevance":
                         col = rel[j, local]
                     elif name == "importance":
-                        col = np.log(np.maximum(ppr[q][local], 1e-30))
+                        col = np.log(np.maximum(ppr[q], 1e-30))
                     elif name == "lexical":
                         col = lex[j, local]
                     else:
@@ -227,32 +242,42 @@ class AssoMem:
                                   rel[j, rest])
         return [out[q] for q in questions]
 
-    def _candidates(self, g: MemoryGraph, rel: np.ndarray, q_emb: np.ndarray) -> np.ndarray:
-        """Local utterance indices of the two-step candidates: utterances of the top clues."""
+    def _candidates(self, g: MemoryGraph, rel: np.ndarray, q_emb: np.ndarray) -> list[np.ndarray]:
+        """Per question (rows of ``rel``, its cosines to the memory's utterances), the local utterance indices of
+        the two-step candidates: the utterances of the top clues, more clues (best first) until there are
+        ``min_candidates``."""
         cfg = self.config
         if not cfg.clues or g.n_clues == 0:
-            return np.arange(g.n_utt)
-        score = cfg.clue_mix * (g.clue_emb @ q_emb) + (1 - cfg.clue_mix) * g.clue_max(rel)
-        order = top_k(score[None], g.n_clues)[0]
-        sizes = g.clue_sizes[order]
-        enough = int(np.searchsorted(np.cumsum(sizes), cfg.min_candidates)) + 1
-        chosen = order[: max(cfg.top_clues, enough)]
-        return np.flatnonzero(np.isin(g.utt_clue, chosen))
+            return [np.arange(g.n_utt)] * len(rel)
+        clue_cos = q_emb @ g.clue_emb.T  # (B, n_clues)
+        out = []
+        for j in range(len(rel)):
+            score = cfg.clue_mix * clue_cos[j] + (1 - cfg.clue_mix) * g.clue_max(rel[j])
+            order = top_k(score[None], min(cfg.top_clues, g.n_clues))[0]
+            if g.clue_sizes[order].sum() < cfg.min_candidates:  # rarely: the full order decides how many more
+                order = top_k(score[None], g.n_clues)[0]
+            enough = int(np.searchsorted(np.cumsum(g.clue_sizes[order]), cfg.min_candidates)) + 1
+            out.append(g.members(order[: max(cfg.top_clues, enough)]))
+        return out
 
-    def _importance(self, data: EmbeddedDataset, groups: dict[int, list[int]],
-                    graphs: dict[int, MemoryGraph]) -> dict[int, np.ndarray]:
-        """PPR of every question in one batched power iteration over the block-diagonal stack of their graphs."""
+    def _importance(self, groups: dict[int, list[int]], graphs: dict[int, MemoryGraph], rel_all: dict[int, np.ndarray],
+                    local_all: dict[int, list[np.ndarray]]) -> dict[int, np.ndarray]:
+        """The candidates' PPR scores, every question in one batched power iteration (the block-diagonal stack of
+        their graphs when they ask different memories)."""
         mems = list(groups)
-        transitions = [graphs[m].transition() for m in mems]
-        teleports = [teleport(graphs[m].rows_of(data.utterances), data.questions[groups[m]], graphs[m].n_nodes)
-                     for m in mems]
-        stacked, tele, starts = stack_block_diagonal(transitions, teleports)
+        teleports = [teleport(rel_all[m], graphs[m].n_nodes) for m in mems]
+        if len(mems) == 1:
+            matrix, tele, starts = graphs[mems[0]].transition(), teleports[0], np.zeros(1, np.int64)
+        else:
+            matrix, tele, starts = stack_block_diagonal([graphs[m].transition() for m in mems], teleports)
         be = self.backend
-        r, _ = personalized_pagerank(be.csr(stacked), be.asarray(tele), self.config.damping, self.config.tol,
-                                     self.config.max_iter, be.xp)
-        r = be.to_host(r)
-        return {q: r[starts[i] : starts[i] + graphs[m].n_utt, j] for i, m in enumerate(mems)
-                for j, q in enumerate(groups[m])}
+        r, _ = be.ppr(be.csr(matrix), be.asarray(tele), self.config.damping, self.config.tol, self.config.max_iter)
+        qs = [(q, starts[i] + local_all[m][j], j) for i, m in enumerate(mems) for j, q in enumerate(groups[m])]
+        rows = np.concatenate([row for _, row, _ in qs])
+        cols = np.concatenate([np.full(len(row), j) for _, row, j in qs])
+        flat = be.to_host(r[be.asarray(rows), be.asarray(cols)])  # one gather and one copy for the whole batch
+        ends = np.cumsum([len(row) for _, row, _ in qs])
+        return {q: part for (q, _, _), part in zip(qs, np.split(flat, ends[:-1]))}
 
     def _lexical_index(self, data: EmbeddedDataset, memory: int, g: MemoryGraph) -> BM25Index:
         if memory not in self._lexical:
@@ -260,23 +285,33 @@ class AssoMem:
         return self._lexical[memory]
 
     def _temporal(self, ds, q: int, g: MemoryGraph, local: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """The temporal signal of the candidates ``local`` (``times``: session date per utterance node)."""
         question = ds.questions[q]
         constraint: TimeConstraint = parse_constraint(question.text, question.date)
         if not constraint.has_intent:
             return np.zeros(len(local))
-        per = []
-        for i in local:
-            row, when = int(g.utterances[i]), float(times[i])
-            known = [when]
-            if constraint.has_window and not np.isnan(when):
-                key = (row, when)
+        when = times[local]
+        owners, mentioned = [], []
+        if constraint.has_window:
+            rows = g.utterances[local]
+            for i in np.flatnonzero(self._mentions_time(ds.bank, rows) & ~np.isnan(when)):
+                key = (int(rows[i]), float(when[i]))
                 if key not in self._mentions:
-                    text = ds.bank.utt_texts[row]
-                    spans = windows(text, when) if mentions_time(text) else []
+                    spans = windows(ds.bank.utt_texts[key[0]], key[1])
                     self._mentions[key] = np.asarray([(s + e) / 2 for s, e in spans], dtype=np.float64)
-                known += list(self._mentions[key])
-            per.append(np.asarray(known, dtype=np.float64))
-        return temporal_scores(constraint, per).astype(np.float64)
+                owners += [i] * len(self._mentions[key])
+                mentioned.append(self._mentions[key])
+        mentioned = np.concatenate(mentioned) if mentioned else np.zeros(0)
+        return temporal_scores(constraint, when, np.asarray(owners, np.int64), mentioned).astype(np.float64)
+
+    def _mentions_time(self, bank: MemoryBank, rows: np.ndarray) -> np.ndarray:
+        """Does each of these bank utterances hold a time expression? (The regex runs once per utterance.)"""
+        if len(self._has_time) < bank.n_utterances:
+            self._has_time = np.concatenate([self._has_time, np.full(bank.n_utterances - len(self._has_time), -1,
+                                                                     np.int8)])
+        unknown = rows[self._has_time[rows] < 0]
+        self._has_time[unknown] = [mentions_time(bank.utt_texts[int(r)]) for r in unknown]
+        return self._has_time[rows] == 1
 
     # ---- fusion ------------------------------------------------------------------------------------------------
     def fuse(self, feats: Sequence[Features], q_emb: np.ndarray, fusion: FusionModel, depth: int) -> list[np.ndarray]:
@@ -327,7 +362,7 @@ def _without_clues(g: MemoryGraph) -> MemoryGraph:
     keep = np.concatenate([np.arange(g.n_utt), g.n_utt + g.n_clues + np.arange(g.n_speakers)])
     adj = g.adjacency[keep][:, keep].tocsr()
     return MemoryGraph(g.utterances, np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32),
-                       adj, g.n_speakers, g.utt_pairs)
+                       adj, g.n_speakers, g.utt_pairs, g.clues)
 
 
 def relevance_only(config: AssoMemConfig, **changes) -> AssoMemConfig:

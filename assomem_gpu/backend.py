@@ -2,12 +2,12 @@
 
 ``get_backend("auto")`` picks CUDA only when CuPy imports, a device answers and the Numba kernel compiles on it;
 otherwise it returns the CPU backend and ``cuda_unavailable_reason()`` says why. No stage branches on the device:
-each takes ``backend.xp`` / ``backend.sparse`` / ``backend.fused_topk``.
+each takes ``backend.xp`` / ``backend.sparse`` / ``backend.ppr`` / ``backend.fused_topk``.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -19,7 +19,9 @@ class Backend:
     device: str  # human-readable description
     xp: Any  # numpy or cupy
     sparse: Any  # scipy.sparse or cupyx.scipy.sparse
+    ppr: Callable  # batched PPR: kernels.ppr_cpu.personalized_pagerank_cpu / signals.importance.personalized_pagerank
     fused_topk: Callable  # kernels.fused_topk.fused_topk_cpu / fused_topk_cuda
+    max_batch: int  # questions per pass: a CPU pass stays within its cache and its allocator's reused memory
 
     def asarray(self, x, dtype=None):
         return self.xp.asarray(x, dtype=dtype)
@@ -28,8 +30,12 @@ class Backend:
         return x.get() if hasattr(x, "get") else np.asarray(x)
 
     def csr(self, matrix):
-        """A scipy CSR matrix on this backend."""
-        return matrix if self.name == "cpu" else self.sparse.csr_matrix(matrix)
+        """A scipy CSR matrix on this backend (on the device with int32 indices, as cuSPARSE and the C++ step take)."""
+        if self.name == "cpu":
+            return matrix
+        m = matrix.tocsr()
+        return self.sparse.csr_matrix((self.xp.asarray(m.data, dtype=np.float32), self.xp.asarray(m.indices, dtype=np.int32),
+                                       self.xp.asarray(m.indptr, dtype=np.int32)), shape=m.shape)
 
 
 def cpu_backend() -> Backend:
@@ -39,9 +45,10 @@ def cpu_backend() -> Backend:
     import scipy.sparse
 
     from .kernels.fused_topk import fused_topk_cpu
+    from .kernels.ppr_cpu import personalized_pagerank_cpu
 
     return Backend("cpu", f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)", np, scipy.sparse,
-                   fused_topk_cpu)
+                   personalized_pagerank_cpu, fused_topk_cpu, max_batch=256)
 
 
 @functools.lru_cache(maxsize=1)
@@ -78,18 +85,35 @@ def cuda_backend() -> Backend:
     import cupyx.scipy.sparse
 
     from .kernels.fused_topk import fused_topk_cuda
+    from .signals.importance import personalized_pagerank
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return Backend("cuda", name, cupy, cupyx.scipy.sparse, fused_topk_cuda)
+    return Backend("cuda", name, cupy, cupyx.scipy.sparse, functools.partial(personalized_pagerank, xp=cupy),
+                   fused_topk_cuda, max_batch=4096)
 
 
-def get_backend(device: str = "auto") -> Backend:
-    """``"cpu"``, ``"cuda"`` (an error saying why if it cannot run) or ``"auto"``."""
+def get_backend(device: str = "auto", ppr: str = "batched") -> Backend:
+    """``"cpu"``, ``"cuda"`` (an error saying why if it cannot run) or ``"auto"``.
+
+    ``ppr="cugraph"`` swaps in one-question-at-a-time PageRank on cuGraph (via nx-cugraph) for a single graph too
+    large for the batched buffers; an error says why when it is not installed.
+    """
     if device == "cpu":
-        return cpu_backend()
-    if device == "cuda":
-        return cuda_backend()
-    if device == "auto":
-        return cpu_backend() if cuda_unavailable_reason() else cuda_backend()
-    raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+        backend = cpu_backend()
+    elif device == "cuda":
+        backend = cuda_backend()
+    elif device == "auto":
+        backend = cpu_backend() if cuda_unavailable_reason() else cuda_backend()
+    else:
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+    if ppr == "batched":
+        return backend
+    if ppr != "cugraph":
+        raise ValueError(f"ppr must be 'batched' or 'cugraph', got {ppr!r}")
+    from .signals.importance_graph import cugraph_available, personalized_pagerank_graph
+
+    reason = cugraph_available()
+    if reason is not None:
+        raise RuntimeError(f"ppr='cugraph' unavailable: {reason}")
+    return replace(backend, ppr=personalized_pagerank_graph)

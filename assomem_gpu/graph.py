@@ -29,6 +29,16 @@ class GraphConfig:
     speakers: bool = False  # add a node per named speaker
 
 
+@dataclass(frozen=True)
+class ClueState:
+    """What growing a memory's clues needs: the clue of each session, the clue embeddings, and every clue pair above
+    γ (both directions, before the per-node top-k), so that a merge can drop a clue's pairs and find its new ones."""
+
+    labels: np.ndarray  # clue of each memory session (int64)
+    emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
+    candidates: tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, cosine) clue pairs above γ
+
+
 @dataclass
 class MemoryGraph:
     """The graph of one memory. Utterance node ``i`` is bank row ``utterances[i]``; clue node ``n_utt + c``."""
@@ -39,6 +49,7 @@ class MemoryGraph:
     adjacency: sp.csr_matrix  # (n_nodes, n_nodes) float32, symmetric
     n_speakers: int = 0
     utt_pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # directed top-k similarity pairs (local)
+    clues: ClueState | None = None  # for add_session_to_graph (kept when the clue nodes are dropped)
 
     def __post_init__(self):
         self._by_clue = np.argsort(self.utt_clue, kind="stable")
@@ -53,6 +64,12 @@ class MemoryGraph:
         if len(u) and u[-1] - u[0] + 1 == len(u) and self._contiguous:
             return bank_array[u[0] : u[-1] + 1]
         return bank_array[u]
+
+    def members(self, clues: np.ndarray) -> np.ndarray:
+        """Utterance nodes owned by any of ``clues``, in node order."""
+        starts = self._clue_starts[clues]
+        parts = [self._by_clue[s : s + n] for s, n in zip(starts.tolist(), self.clue_sizes[clues].tolist())]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
     def clue_max(self, values: np.ndarray) -> np.ndarray:
         """Per clue, the largest value among its utterances (``values`` per utterance node; -inf for none)."""
@@ -75,9 +92,12 @@ class MemoryGraph:
         return self.n_utt + self.n_clues + self.n_speakers
 
     def transition(self) -> sp.csr_matrix:
-        """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass), made once."""
+        """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass), made once, with
+        int64 indices (the CPU PPR kernel runs twice as fast on them; device copies take int32)."""
         if self._transition is None:
-            self._transition = self._column_stochastic()
+            m = self._column_stochastic()
+            m.indptr, m.indices = m.indptr.astype(np.int64), m.indices.astype(np.int64)
+            self._transition = m
         return self._transition
 
     def _column_stochastic(self) -> sp.csr_matrix:
@@ -115,27 +135,37 @@ def select_top(rows: np.ndarray, cols: np.ndarray, sims: np.ndarray, threshold: 
     return rows[top], cols[top], sims[top].astype(np.float32)
 
 
-def _range_search(x: np.ndarray, radius: float, block: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All (i, j, x_i·x_j) with inner product above ``radius``: FAISS when installed, else blocked GEMMs."""
+def _range_search(x: np.ndarray, radius: float, block: int = 2048) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All (i, j, x_i·x_j), i != j, with inner product above ``radius``.
+
+    The products are symmetric, so only the upper triangle is computed (block rows against the rows from the block
+    on: half the work of a full search) and each pair is mirrored; FAISS searches when installed, else GEMMs.
+    """
     try:
         import faiss
     except ImportError:
         faiss = None
-    if faiss is not None:
-        index = faiss.IndexFlatIP(x.shape[1])
-        index.add(x)
-        lims, sims, cols = index.range_search(x, radius)
-        return np.repeat(np.arange(len(x)), np.diff(lims).astype(np.int64)), cols.astype(np.int64), sims
-    parts = []
+    rows, cols, sims = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float32)]
     for lo in range(0, len(x), block):
-        s = x[lo : lo + block] @ x.T
-        r, c = np.nonzero(s > radius)
-        parts.append((r + lo, c, s[r, c]))
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+        query, base = x[lo : lo + block], x[lo:]
+        if faiss is not None:
+            index = faiss.IndexFlatIP(x.shape[1])
+            index.add(base)
+            lims, s, c = index.range_search(query, radius)
+            r = np.repeat(np.arange(len(query)), np.diff(lims).astype(np.int64))
+        else:
+            prod = query @ base.T
+            r, c = np.nonzero(prod > radius)
+            s = prod[r, c]
+        upper = c > r  # base row c is x row lo + c; query row r is x row lo + r
+        rows.append(lo + r[upper]), cols.append(lo + c[upper].astype(np.int64)), sims.append(s[upper])
+    i, j, s = (np.concatenate(p) for p in (rows, cols, sims))
+    return np.concatenate([i, j]), np.concatenate([j, i]), np.concatenate([s, s])
 
 
 def merge_clues(session_emb: np.ndarray, delta: float) -> np.ndarray:
-    """Clue label of each session: connected components of the graph of clue pairs with cosine > δ."""
+    """Clue label of each session: connected components of the graph of clue pairs with cosine > δ (labels in the
+    order of each component's first session)."""
     n = len(session_emb)
     if n == 0:
         return np.zeros(0, np.int64)
@@ -145,12 +175,68 @@ def merge_clues(session_emb: np.ndarray, delta: float) -> np.ndarray:
     return labels.astype(np.int64)
 
 
+def _clue_means(session_emb: np.ndarray, labels: np.ndarray, n_clues: int) -> np.ndarray:
+    """Normalised sum of each clue's session embeddings, added in session order (so a subset gives the same bits)."""
+    emb = np.zeros((n_clues, session_emb.shape[1]), np.float32)
+    np.add.at(emb, labels, session_emb)
+    emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    return emb
+
+
+def _no_pairs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+
+
+def clue_state(session_emb: np.ndarray, config: GraphConfig) -> ClueState:
+    """Clues of a memory from its sessions' clue embeddings: δ-merged, with their candidate similarity pairs."""
+    labels = merge_clues(session_emb, config.delta)
+    emb = _clue_means(session_emb, labels, int(labels.max()) + 1 if len(labels) else 0)
+    pairs = _range_search(emb, config.gamma - 1e-4) if len(emb) > 1 else _no_pairs()
+    return ClueState(labels, emb, pairs)
+
+
+def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConfig) -> ClueState:
+    """``state`` with the sessions ``session_emb[len(state.labels):]`` added one by one, equal to ``clue_state``.
+
+    A new session either starts a clue (components are numbered by their first session, so it comes last) or joins
+    every clue it links to into the first of them; only that clue's embedding and pairs are recomputed.
+    """
+    labels, emb, (ci, cj, cs) = state.labels, state.emb, state.candidates
+    for s in range(len(labels), len(session_emb)):
+        sims = np.round((session_emb[:s] @ session_emb[s]).astype(np.float64), 6)  # as select_top rounds
+        linked = np.unique(labels[sims > config.delta])
+        n_c = len(emb)
+        remap = np.arange(n_c)
+        if len(linked) == 0:
+            target, stale = n_c, np.zeros(0, np.int64)
+            emb = np.concatenate([emb, np.zeros((1, emb.shape[1]), np.float32)])
+        else:
+            target, removed = int(linked[0]), linked[1:]
+            remap = remap - np.searchsorted(removed, remap)
+            remap[removed] = target
+            stale = linked
+            emb = np.delete(emb, removed, axis=0)
+        labels = np.append(remap[labels], target)
+        emb[target] = _clue_means(session_emb[: s + 1][labels == target], np.zeros(int((labels == target).sum()),
+                                                                                   np.int64), 1)[0]
+        keep = ~(np.isin(ci, stale) | np.isin(cj, stale))
+        row = emb @ emb[target]
+        others = np.flatnonzero(row > config.gamma - 1e-4)
+        others = others[others != target]
+        mine = np.full(len(others), target, np.int64)
+        ci = np.concatenate([remap[ci[keep]], mine, others])
+        cj = np.concatenate([remap[cj[keep]], others, mine])
+        cs = np.concatenate([cs[keep], row[others], row[others]])
+    return ClueState(labels, emb, (ci, cj, cs))
+
+
 def build_graph(ds: Dataset, memory: int, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
                 config: GraphConfig = GraphConfig()) -> MemoryGraph:
     """The graph of ``ds.memories[memory]``. ``utt_emb`` is bank-aligned; ``session_clue_emb`` is bank-session-aligned."""
     utterances = ds.memory_utterances(memory)
     pairs = similarity_pairs(utt_emb[utterances], config.gamma, config.max_neighbors)
-    return _assemble(ds, memory, utterances, pairs, session_clue_emb, config)
+    clues = clue_state(session_clue_emb[ds.memories[memory].sessions], config)
+    return _assemble(ds, memory, utterances, pairs, clues, config)
 
 
 def add_session_to_graph(g: MemoryGraph, ds: Dataset, memory: int, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
@@ -158,14 +244,15 @@ def add_session_to_graph(g: MemoryGraph, ds: Dataset, memory: int, utt_emb: np.n
     """``g`` grown by the sessions appended to ``ds.memories[memory]`` since it was built, equal to a rebuild.
 
     Only the new utterances are compared with the memory (one GEMM of new × all); an old utterance's neighbour list
-    changes only where a new utterance enters its top ``max_neighbors``. Clue merging is redone at the session level.
+    changes only where a new utterance enters its top ``max_neighbors``. Clues grow by ``grow_clue_state``.
     """
     utterances = ds.memory_utterances(memory)
     n_old = g.n_utt
-    if not np.array_equal(utterances[:n_old], g.utterances):
+    if not np.array_equal(utterances[:n_old], g.utterances) or g.clues is None:
         raise ValueError("the memory changed other than by appending sessions; rebuild its graph")
-    x = np.ascontiguousarray(utt_emb[utterances], dtype=np.float32)
-    sims = x[n_old:] @ x.T  # (new, all)
+    new = np.ascontiguousarray(utt_emb[utterances[n_old:]], dtype=np.float32)
+    sims = new @ (g.rows_of(utt_emb) if n_old else new[:0]).T  # (new, old)
+    sims = np.concatenate([sims, new @ new.T], axis=1)  # (new, all)
     new_r, all_c = np.nonzero(sims > config.gamma - 1e-4)
     vals = sims[new_r, all_c]
     old_rows, old_cols, old_sims = g.utt_pairs
@@ -173,28 +260,24 @@ def add_session_to_graph(g: MemoryGraph, ds: Dataset, memory: int, utt_emb: np.n
     rows = np.concatenate([old_rows, n_old + new_r, all_c[back]])
     cols = np.concatenate([old_cols, all_c, n_old + new_r[back]])
     pairs = select_top(rows, cols, np.concatenate([old_sims, vals, vals[back]]), config.gamma, config.max_neighbors)
-    return _assemble(ds, memory, utterances, pairs, session_clue_emb, config)
+    clues = grow_clue_state(g.clues, session_clue_emb[ds.memories[memory].sessions], config)
+    return _assemble(ds, memory, utterances, pairs, clues, config)
 
 
-def _assemble(ds: Dataset, memory: int, utterances: np.ndarray, utt_pairs, session_clue_emb: np.ndarray,
+def _assemble(ds: Dataset, memory: int, utterances: np.ndarray, utt_pairs, clues: ClueState,
               config: GraphConfig) -> MemoryGraph:
     bank = ds.bank
     sessions = ds.memories[memory].sessions
-    off = np.asarray(bank.offsets)
+    off = bank.offset_array
     counts = off[sessions + 1] - off[sessions]
-    n_u = len(utterances)
-    labels = merge_clues(session_clue_emb[sessions], config.delta)
-    n_c = int(labels.max()) + 1 if len(labels) else 0
-    clue_emb = np.zeros((n_c, session_clue_emb.shape[1]), np.float32)
-    np.add.at(clue_emb, labels, session_clue_emb[sessions])
-    clue_emb /= np.maximum(np.linalg.norm(clue_emb, axis=1, keepdims=True), 1e-12)
-    utt_clue = np.repeat(labels, counts)
+    n_u, n_c = len(utterances), len(clues.emb)
+    utt_clue = np.repeat(clues.labels, counts)
 
     rows, cols, vals = [], [], []
     # ownership
     rows.append(np.arange(n_u)), cols.append(n_u + utt_clue), vals.append(np.ones(n_u, np.float32))
     # similarity: clue–clue and utterance–utterance
-    ci, cj, cv = similarity_pairs(clue_emb, config.gamma, config.max_neighbors)
+    ci, cj, cv = select_top(*clues.candidates, config.gamma, config.max_neighbors)
     rows.append(n_u + ci), cols.append(n_u + cj), vals.append(cv)
     ui, uj, uv = utt_pairs
     rows.append(ui), cols.append(uj), vals.append(uv)
@@ -217,4 +300,4 @@ def _assemble(ds: Dataset, memory: int, utterances: np.ndarray, utt_pairs, sessi
     n = n_u + n_c + n_p
     directed = sp.csr_matrix((v, (r, c)), shape=(n, n))  # edge types meeting on one pair add up
     adj = directed.maximum(directed.T).tocsr().astype(np.float32)
-    return MemoryGraph(utterances, utt_clue, clue_emb, adj, n_p, utt_pairs)
+    return MemoryGraph(utterances, utt_clue, clues.emb, adj, n_p, utt_pairs, clues)

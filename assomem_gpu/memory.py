@@ -44,6 +44,14 @@ class MemoryBank:
     utt_speakers: list[str] = field(default_factory=list)
     utt_texts: list[str] = field(default_factory=list)
     _by_id: dict[str, int] = field(default_factory=dict, repr=False)
+    _offset_array: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64), repr=False)
+
+    @property
+    def offset_array(self) -> np.ndarray:
+        """``offsets`` as an int64 array (remade only after sessions were added)."""
+        if len(self._offset_array) != len(self.offsets):
+            self._offset_array = np.asarray(self.offsets, dtype=np.int64)
+        return self._offset_array
 
     @property
     def n_sessions(self) -> int:
@@ -84,7 +92,7 @@ class MemoryBank:
 
     def utt_session(self) -> np.ndarray:
         """Session row of every utterance (int64)."""
-        off = np.asarray(self.offsets)
+        off = self.offset_array
         return np.repeat(np.arange(self.n_sessions), np.diff(off))
 
     def encoded_texts(self, rows: Iterable[int] | None = None) -> list[str]:
@@ -94,9 +102,11 @@ class MemoryBank:
 
     def session_utterances(self, sessions: Iterable[int]) -> np.ndarray:
         """Utterance rows of the given sessions, in session then turn order."""
-        off = np.asarray(self.offsets)
-        parts = [np.arange(off[s], off[s + 1]) for s in sessions]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        off = self.offset_array
+        s = np.asarray(list(sessions) if not isinstance(sessions, np.ndarray) else sessions, dtype=np.int64)
+        counts = off[s + 1] - off[s]
+        ends = np.cumsum(counts)
+        return np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) + np.repeat(off[s] - (ends - counts), counts)
 
 
 @dataclass
@@ -112,7 +122,7 @@ class Dataset:
     def utterance_times(self, memory: int) -> np.ndarray:
         """Per utterance of ``memory_utterances(memory)``: its session's date in that memory."""
         mem = self.memories[memory]
-        counts = np.diff(np.asarray(self.bank.offsets))[mem.sessions]
+        counts = np.diff(self.bank.offset_array)[mem.sessions]
         return np.repeat(mem.dates, counts)
 
     def subset(self, question_rows: Sequence[int]) -> "Dataset":

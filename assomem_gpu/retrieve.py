@@ -22,10 +22,22 @@ class EmbeddedDataset:
     utterances: np.ndarray  # (n_utterances, dim) float32, rows aligned with the bank
     questions: np.ndarray  # (n_questions, dim) float32
     derived: dict = field(default_factory=dict, repr=False)  # arrays methods derive once per dataset (clue embeddings)
+    _room: np.ndarray | None = field(default=None, repr=False)  # the buffer ``utterances`` views while it grows
 
     @classmethod
     def build(cls, ds: Dataset, encoder: Encoder) -> "EmbeddedDataset":
         return cls(ds, encoder.encode(ds.bank.encoded_texts()), encoder.encode([q.text for q in ds.questions]))
+
+    def append_utterances(self, emb: np.ndarray) -> None:
+        """Append rows to ``utterances`` in amortised O(rows): they live in a buffer with room to grow (doubling)."""
+        n, k = len(self.utterances), len(emb)
+        room = self._room
+        if room is None or self.utterances.base is not room or len(room) < n + k:
+            room = np.empty((max(2 * n, n + k, 1024), self.utterances.shape[1]), np.float32)
+            room[:n] = self.utterances
+            self._room = room
+        room[n : n + k] = emb
+        self.utterances = room[: n + k]
 
 
 class Method(Protocol):

@@ -21,3 +21,50 @@ def test_cpu_backend_parts():
     assert idx.tolist() == [[1, 2]] and b.to_host(b.asarray([1, 2])).tolist() == [1, 2]
     with pytest.raises(ValueError, match="device must be"):
         get_backend("tpu")
+
+
+def test_cugraph_ppr_option_says_why_when_missing_and_rejects_unknown_names():
+    from assomem_gpu.signals.importance_graph import cugraph_available
+
+    reason = cugraph_available()
+    if reason is None:  # nx-cugraph installed
+        assert get_backend("cpu", ppr="cugraph").ppr.__name__ == "personalized_pagerank_graph"
+    else:
+        with pytest.raises(RuntimeError, match="nx-cugraph"):
+            get_backend("cpu", ppr="cugraph")
+    with pytest.raises(ValueError, match="ppr must be"):
+        get_backend("cpu", ppr="sparse")
+
+
+def test_graph_api_ppr_ranks_like_the_batched_one():
+    """The cuGraph option's code, run on networkx's own backend, gives the batched PPR's scores and rankings."""
+    import dataclasses
+    import functools
+
+    import scipy.sparse as sp
+
+    from assomem_gpu.assomem import AssoMem, AssoMemConfig
+    from assomem_gpu.bench import synthetic_memory
+    from assomem_gpu.fusion import fixed_weights
+    from assomem_gpu.signals.importance import personalized_pagerank
+    from assomem_gpu.signals.importance_graph import personalized_pagerank_graph
+
+    rng = np.random.default_rng(2)
+    a = sp.random(40, 40, density=0.15, random_state=2, dtype=np.float32)
+    a = (a + a.T + sp.eye(40, dtype=np.float32)).tocsr()
+    m = (a @ sp.diags(1 / np.asarray(a.sum(axis=0)).ravel())).tocsr().astype(np.float32)
+    t = rng.random((40, 3)).astype(np.float32)
+    t /= t.sum(axis=0)
+    graph_api, _ = personalized_pagerank_graph(m, t, 0.5, 1e-7, 200, backend="networkx")
+    assert np.allclose(graph_api, personalized_pagerank(m, t, 0.5, 1e-7, 200)[0], atol=1e-6)
+
+    data = synthetic_memory(30, 12, dim=32)
+    config = AssoMemConfig(clue_mode="centroid")
+    fusion = fixed_weights(config.signals)
+    batched = AssoMem(config, fusion, backend=get_backend("cpu"))
+    nx_backend = dataclasses.replace(get_backend("cpu"), ppr=functools.partial(personalized_pagerank_graph,
+                                                                             backend="networkx"))
+    one_by_one = AssoMem(config, fusion, backend=nx_backend)
+    questions = list(range(len(data.dataset.questions)))
+    for x, y in zip(batched.rank(data, questions, 10), one_by_one.rank(data, questions, 10)):
+        assert x.tolist() == y.tolist()

@@ -3,7 +3,7 @@ import pytest
 
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder
-from assomem_gpu.graph import GraphConfig, build_graph, merge_clues, similarity_pairs
+from assomem_gpu.graph import GraphConfig, build_graph, clue_state, grow_clue_state, merge_clues, similarity_pairs
 from assomem_gpu.clues import centroid_embeddings, keyword_clues
 from assomem_gpu.retrieve import EmbeddedDataset
 
@@ -76,6 +76,21 @@ def test_gemm_range_search_equals_faiss(monkeypatch):
     assert np.allclose(with_faiss[2], without[2], atol=2e-6)  # BLAS and FAISS may round the last digit apart
 
 
+@pytest.mark.parametrize("use_faiss", [True, False])
+def test_upper_triangle_range_search_finds_every_pair_once_each_way(monkeypatch, use_faiss):
+    from assomem_gpu.graph import _range_search
+
+    if not use_faiss:
+        monkeypatch.setitem(__import__("sys").modules, "faiss", None)
+    x = unit(np.random.default_rng(5).normal(size=(203, 8)))
+    rows, cols, sims = _range_search(x, 0.5, block=64)  # four blocks, the last one short
+    prod = x @ x.T
+    want = {(i, j) for i, j in zip(*np.nonzero(prod > 0.5)) if i != j}
+    got = list(zip(rows.tolist(), cols.tolist()))
+    assert len(got) == len(set(got)) and set(got) == want
+    assert np.allclose(sims, prod[rows, cols], atol=1e-5)
+
+
 def test_memory_ending_with_an_empty_session(tmp_path):
     import json
 
@@ -87,3 +102,26 @@ def test_memory_ending_with_an_empty_session(tmp_path):
     data = EmbeddedDataset.build(ds, HashingEncoder())
     g = build_graph(ds, 0, data.utterances, centroid_embeddings(ds.bank, data.utterances))
     assert g.n_utt == 3 and g.adjacency[0, 1] == 1.0 and g.adjacency[1, 2] == 1.0
+
+
+def test_growing_clues_session_by_session_equals_building_them():
+    rng = np.random.default_rng(11)
+    centres = unit(rng.normal(size=(4, 12)))
+    # sessions near four topics, plus bridges halfway between two topics that join their clues when they arrive
+    sessions = [centres[i % 4] + 0.25 * rng.normal(size=12) for i in range(24)]
+    sessions[9] = centres[0] + centres[1]
+    sessions[17] = centres[2] + centres[3]
+    emb = unit(np.stack(sessions)).astype(np.float32)
+    config = GraphConfig(delta=0.8, gamma=0.5, max_neighbors=3)
+    state = clue_state(emb[:3], config)
+    merged_any = False
+    for n in range(4, len(emb) + 1):
+        before = len(state.emb)
+        state = grow_clue_state(state, emb[:n], config)
+        built = clue_state(emb[:n], config)
+        merged_any |= len(state.emb) < before
+        assert np.array_equal(state.labels, built.labels)
+        assert np.array_equal(state.emb, built.emb)
+        key = lambda c: sorted(zip(c[0].tolist(), c[1].tolist(), np.round(c[2], 5).tolist()))  # noqa: E731
+        assert key(state.candidates) == key(built.candidates)
+    assert merged_any  # a bridge session did join two clues into one

@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from assomem_gpu.kernels.ppr_cpu import BLOCK, personalized_pagerank_cpu
 from assomem_gpu.signals.importance import personalized_pagerank, stack_block_diagonal, teleport
+
+PPRS = [personalized_pagerank, personalized_pagerank_cpu]  # the library path (CUDA backend's) and the CPU twin
 from assomem_gpu.signals.temporal import DAY, TimeConstraint, parse_constraint, temporal_scores
 from assomem_gpu.timeparse import format_timestamp, parse_timestamp
 
@@ -23,15 +26,38 @@ def random_graph(n, seed):
     return a, a / deg
 
 
-def test_ppr_matches_networkx():
+@pytest.mark.parametrize("ppr", PPRS)
+def test_ppr_matches_networkx(ppr):
     a, m = random_graph(12, 0)
     t = np.zeros(12, np.float32)
     t[[0, 3, 5]] = [0.5, 0.3, 0.2]
-    r, iters = personalized_pagerank(sp.csr_matrix(m), t[:, None], damping=0.85, tol=1e-7, max_iter=500)
+    r, iters = ppr(sp.csr_matrix(m), t[:, None], damping=0.85, tol=1e-7, max_iter=500)
     g = nx.from_numpy_array(a)
     ref = nx.pagerank(g, alpha=0.85, personalization={i: float(t[i]) for i in range(12)}, tol=1e-12, max_iter=1000)
     assert iters < 500
     assert np.allclose(r[:, 0], [ref[i] for i in range(12)], atol=1e-5)
+
+
+def test_cpu_twin_equals_the_library_path_across_blocks():
+    _, m = random_graph(80, 6)
+    rng = np.random.default_rng(7)
+    t = rng.random((2 * BLOCK + 5, 80)).astype(np.float32)  # two full blocks and a short one
+    t = (t / t.sum(axis=1, keepdims=True)).T  # F-ordered, as teleport() makes them
+    lib, it_lib = personalized_pagerank(sp.csr_matrix(m), t, 0.5, 1e-7, 200)
+    twin, it_twin = personalized_pagerank_cpu(sp.csr_matrix(m), t, 0.5, 1e-7, 200)
+    assert twin.shape == lib.shape and np.allclose(twin, lib, atol=1e-6) and abs(it_twin - it_lib) <= 1
+    one, _ = personalized_pagerank_cpu(sp.csr_matrix(m), t[:, [3]], 0.5, 1e-7, 200)  # a single column: scalar loop
+    assert np.allclose(one[:, 0], lib[:, 3], atol=1e-6)
+    empty, its = personalized_pagerank_cpu(sp.csr_matrix(m), np.zeros((80, 0), np.float32), 0.5, 1e-7, 200)
+    assert empty.shape == (80, 0) and its == 0
+
+
+def test_ppr_stops_at_the_iteration_cap():
+    _, m = random_graph(30, 8)
+    t = np.full((30, 3), 1 / 30, np.float32)
+    t[0] = 1.0
+    for ppr in PPRS:
+        assert ppr(sp.csr_matrix(m), t / t.sum(axis=0), 0.85, 0.0, 7)[1] == 7
 
 
 def test_batched_block_diagonal_equals_one_at_a_time():
@@ -51,9 +77,9 @@ def test_batched_block_diagonal_equals_one_at_a_time():
 def test_teleport_clips_negatives_and_skips_clues():
     utt = np.eye(3, dtype=np.float32)
     q = np.array([[0.6, -0.8, 0.0]], np.float32)
-    t = teleport(utt, q, n_nodes=5)
+    t = teleport(q @ utt.T, n_nodes=5)
     assert t[:, 0].tolist() == pytest.approx([1.0, 0, 0, 0, 0])
-    far = teleport(utt, np.array([[-1.0, 0, 0]], np.float32), n_nodes=5)  # similar to nothing: uniform
+    far = teleport(np.array([[-1.0, 0, 0]], np.float32) @ utt.T, n_nodes=5)  # similar to nothing: uniform
     assert far[:3, 0] == pytest.approx([1 / 3] * 3) and far[3:].sum() == 0
 
 
@@ -85,20 +111,22 @@ def test_no_question_date_means_no_window():
 
 def test_temporal_scores_window_and_order():
     c = TimeConstraint(Q - 10 * DAY, Q)
-    times = [np.array([Q - 5 * DAY]), np.array([Q - 20 * DAY]), np.array([np.nan]),
-             np.array([Q - 60 * DAY, Q - 3 * DAY])]  # the last mentions a time inside the window
-    s = temporal_scores(c, times)
+    when = np.array([Q - 5 * DAY, Q - 20 * DAY, np.nan, Q - 60 * DAY])
+    # the last candidate's utterance mentions a time inside the window, the second one a time far outside it
+    s = temporal_scores(c, when, np.array([3, 1]), np.array([Q - 3 * DAY, Q - 400 * DAY]))
     assert s[0] == 1 and 0 < s[1] < 1 and s[2] == 0 and s[3] == 1
     # a session reporting the window's events up to REPORT_LAG later still matches fully
     early = TimeConstraint(Q - 40 * DAY, Q - 30 * DAY)
-    lagged = temporal_scores(early, [np.array([Q - 20 * DAY]), np.array([Q - 2 * DAY]), np.array([Q - 45 * DAY])])
+    none = np.zeros(0, np.int64), np.zeros(0)
+    lagged = temporal_scores(early, np.array([Q - 20 * DAY, Q - 2 * DAY, Q - 45 * DAY]), *none)
     assert lagged[0] == 1 and lagged[1] < 1 and lagged[2] < 1
-    latest = temporal_scores(TimeConstraint(order="latest"), [np.array([Q - 9 * DAY]), np.array([Q - DAY])])
+    latest = temporal_scores(TimeConstraint(order="latest"), np.array([Q - 9 * DAY, Q - DAY]), *none)
     assert latest[1] > latest[0]
 
 
-def test_ppr_leaves_its_inputs_alone():
+@pytest.mark.parametrize("ppr", PPRS)
+def test_ppr_leaves_its_inputs_alone(ppr):
     _, m = random_graph(6, 5)
     t = np.full((6, 1), 1 / 6, np.float32)
-    personalized_pagerank(sp.csr_matrix(m), t, 0.85, 1e-7, 50)
+    ppr(sp.csr_matrix(m), t, 0.85, 1e-7, 50)
     assert np.all(t == np.float32(1 / 6))

@@ -7,23 +7,26 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def teleport(utt_emb: np.ndarray, q_emb: np.ndarray, n_nodes: int) -> np.ndarray:
-    """Eq. 2's t: clipped query–utterance cosine on the utterance nodes (the first rows), 0 elsewhere, summing to 1.
+def teleport(cosines: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Eq. 2's t for a batch: the clipped query–utterance cosines on the utterance nodes (the first rows), 0 on the
+    others, each column summing to 1.
 
-    ``utt_emb`` (n_utt, dim), ``q_emb`` (B, dim) -> (n_nodes, B). A question similar to nothing teleports uniformly
-    over the utterances.
+    ``cosines`` (B, n_utt) -> (n_nodes, B), F-ordered (made row by row from the cosines, without a transpose).
+    A question similar to nothing teleports uniformly over the utterances.
     """
-    n_utt = len(utt_emb)
-    t = np.zeros((n_nodes, len(q_emb)), np.float32)
-    t[:n_utt] = np.clip(utt_emb @ q_emb.T, 0.0, None)
-    mass = t.sum(axis=0)
-    t[:n_utt, mass == 0] = 1.0 / max(n_utt, 1)
-    return t / np.maximum(t.sum(axis=0), 1e-30)
+    b, n_utt = cosines.shape
+    t = np.zeros((b, n_nodes), np.float32)
+    np.maximum(cosines, 0.0, out=t[:, :n_utt])
+    mass = t.sum(axis=1)
+    t[mass == 0, :n_utt] = 1.0 / max(n_utt, 1)
+    t /= np.maximum(t.sum(axis=1, keepdims=True), 1e-30)
+    return t.T
 
 
 def personalized_pagerank(transition, teleports, damping: float = 0.85, tol: float = 1e-6, max_iter: int = 100,
                           xp=np) -> tuple[np.ndarray, int]:
-    """Power iteration r ← d·M·r + (1−d)·t from r⁰ = t for every column of ``teleports`` at once.
+    """Power iteration r ← d·M·r + (1−d)·t from r⁰ = t for every column of ``teleports`` at once: the CUDA
+    backend's PPR (it runs on numpy too; the CPU backend's twin is ``kernels.ppr_cpu``, same signature and results).
 
     ``transition`` is column-stochastic (N, N), scipy or cupyx CSR; ``teleports`` (N, B) numpy or cupy (``xp``).
     d is folded into the matrix once, so an iteration is one sparse × dense product and one add into a buffer

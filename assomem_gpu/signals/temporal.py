@@ -139,28 +139,31 @@ def mentions_time(text: str) -> bool:
     return _ANY.search(text) is not None
 
 
-def temporal_scores(constraint: TimeConstraint, times: list[np.ndarray]) -> np.ndarray:
-    """Score of each candidate, given its known times (session date first, then times it mentions).
+def temporal_scores(constraint: TimeConstraint, when: np.ndarray, owners: np.ndarray,
+                    mentioned: np.ndarray) -> np.ndarray:
+    """Score of each candidate from its session date ``when`` (NaN: unknown) and the times its utterance mentions
+    (``mentioned[k]`` belongs to candidate ``owners[k]``).
 
     Window: 1 from its start to ``REPORT_LAG`` after its end, decaying as exp(−distance / window length) outside
     (the best of a candidate's times).
     Ordering: the candidate's session date ranked among the candidates (1 = latest for "latest", earliest otherwise),
     added to the window score when both are present. Unknown times score 0.
     """
-    n = len(times)
-    score = np.zeros(n, np.float32)
+    when = np.asarray(when, dtype=np.float64)
+    score = np.zeros(len(when), np.float32)
+    known = ~np.isnan(when)
     if constraint.has_window:
         width = max(constraint.end - constraint.start, DAY)
-        for i, ts in enumerate(times):
-            ts = ts[~np.isnan(ts)]
-            if len(ts):
-                dist = np.maximum(constraint.start - ts, 0) + np.maximum(ts - constraint.end - REPORT_LAG, 0)
-                score[i] = float(np.exp(-dist / width).max())
-    if constraint.order is not None:
-        first = np.array([t[0] if len(t) else np.nan for t in times], dtype=np.float64)
-        known = ~np.isnan(first)
-        if known.sum() > 1 and np.ptp(first[known]) > 0:
-            lo, hi = first[known].min(), first[known].max()
-            pos = (first[known] - lo) / (hi - lo)
-            score[known] += (pos if constraint.order == "latest" else 1 - pos).astype(np.float32)
+
+        def fit(ts: np.ndarray) -> np.ndarray:
+            dist = np.maximum(constraint.start - ts, 0) + np.maximum(ts - constraint.end - REPORT_LAG, 0)
+            return np.exp(-dist / width)
+
+        score[known] = fit(when[known])
+        keep = ~np.isnan(mentioned)
+        np.maximum.at(score, owners[keep], fit(mentioned[keep]).astype(np.float32))
+    if constraint.order is not None and known.sum() > 1 and np.ptp(when[known]) > 0:
+        lo, hi = when[known].min(), when[known].max()
+        pos = (when[known] - lo) / (hi - lo)
+        score[known] += (pos if constraint.order == "latest" else 1 - pos).astype(np.float32)
     return score
