@@ -108,11 +108,23 @@ class MemoryGraph:
         return (adj @ sp.diags((1.0 / deg).astype(np.float32))).tocsr().astype(np.float32)
 
 
+def exact_cosines(emb: np.ndarray, rows: np.ndarray, cols: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    """float64 cosines of the pairs (rows[i], cols[i]) of ``emb``, one pair at a time (symmetric to the bit): the same
+    bits whichever search found the pair (FAISS, a GEMM, a GEMV), so rounding, thresholds and ties agree between a
+    build and an update."""
+    out = np.empty(len(rows), np.float64)
+    for lo in range(0, len(rows), chunk):
+        a = emb[rows[lo : lo + chunk]].astype(np.float64)
+        out[lo : lo + chunk] = (a * emb[cols[lo : lo + chunk]]).sum(axis=1)
+    return out
+
+
 def similarity_pairs(emb: np.ndarray, threshold: float, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pairs (i, j, cosine), i != j, with cosine > threshold, at most the ``k`` most similar per row.
 
-    FAISS range search finds every pair above the threshold; cosines are rounded to 1e-6 so that equal vectors tie
-    exactly, and ties are broken by the lower index, which makes the edge set independent of BLAS rounding.
+    FAISS range search finds the candidate pairs; their cosines are recomputed exactly (``exact_cosines``) and rounded
+    to 1e-6 so that equal vectors tie exactly, and ties are broken by the lower index, which makes the edge set
+    independent of BLAS rounding.
     """
     n = len(emb)
     if n < 2 or k < 1:
@@ -136,30 +148,29 @@ def select_top(rows: np.ndarray, cols: np.ndarray, sims: np.ndarray, threshold: 
 
 
 def _range_search(x: np.ndarray, radius: float, block: int = 2048) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All (i, j, x_i·x_j), i != j, with inner product above ``radius``.
+    """All (i, j, x_i·x_j), i != j, with inner product above ``radius`` (the products as ``exact_cosines`` gives them).
 
-    The products are symmetric, so only the upper triangle is computed (block rows against the rows from the block
+    The products are symmetric, so only the upper triangle is searched (block rows against the rows from the block
     on: half the work of a full search) and each pair is mirrored; FAISS searches when installed, else GEMMs.
     """
     try:
         import faiss
     except ImportError:
         faiss = None
-    rows, cols, sims = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float32)]
+    rows, cols = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for lo in range(0, len(x), block):
         query, base = x[lo : lo + block], x[lo:]
         if faiss is not None:
             index = faiss.IndexFlatIP(x.shape[1])
             index.add(base)
-            lims, s, c = index.range_search(query, radius)
+            lims, _, c = index.range_search(query, radius)
             r = np.repeat(np.arange(len(query)), np.diff(lims).astype(np.int64))
         else:
-            prod = query @ base.T
-            r, c = np.nonzero(prod > radius)
-            s = prod[r, c]
+            r, c = np.nonzero(query @ base.T > radius)
         upper = c > r  # base row c is x row lo + c; query row r is x row lo + r
-        rows.append(lo + r[upper]), cols.append(lo + c[upper].astype(np.int64)), sims.append(s[upper])
-    i, j, s = (np.concatenate(p) for p in (rows, cols, sims))
+        rows.append(lo + r[upper]), cols.append(lo + c[upper].astype(np.int64))
+    i, j = np.concatenate(rows), np.concatenate(cols)
+    s = exact_cosines(x, i, j)
     return np.concatenate([i, j]), np.concatenate([j, i]), np.concatenate([s, s])
 
 
@@ -196,15 +207,17 @@ def clue_state(session_emb: np.ndarray, config: GraphConfig) -> ClueState:
 
 
 def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConfig) -> ClueState:
-    """``state`` with the sessions ``session_emb[len(state.labels):]`` added one by one, equal to ``clue_state``.
+    """``state`` with the sessions ``session_emb[len(state.labels):]`` added one by one, equal to ``clue_state``
+    (bit for bit: both take their cosines from ``exact_cosines``).
 
     A new session either starts a clue (components are numbered by their first session, so it comes last) or joins
     every clue it links to into the first of them; only that clue's embedding and pairs are recomputed.
     """
     labels, emb, (ci, cj, cs) = state.labels, state.emb, state.candidates
     for s in range(len(labels), len(session_emb)):
-        sims = np.round((session_emb[:s] @ session_emb[s]).astype(np.float64), 6)  # as select_top rounds
-        linked = np.unique(labels[sims > config.delta])
+        near = np.flatnonzero(session_emb[:s] @ session_emb[s] > config.delta - 1e-4)
+        sims = np.round(exact_cosines(session_emb, near, np.full(len(near), s)), 6)  # as select_top rounds
+        linked = np.unique(labels[near[sims > config.delta]])
         n_c = len(emb)
         remap = np.arange(n_c)
         if len(linked) == 0:
@@ -220,13 +233,13 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
         emb[target] = _clue_means(session_emb[: s + 1][labels == target], np.zeros(int((labels == target).sum()),
                                                                                    np.int64), 1)[0]
         keep = ~(np.isin(ci, stale) | np.isin(cj, stale))
-        row = emb @ emb[target]
-        others = np.flatnonzero(row > config.gamma - 1e-4)
+        others = np.flatnonzero(emb @ emb[target] > config.gamma - 1e-4)
         others = others[others != target]
         mine = np.full(len(others), target, np.int64)
+        sims = exact_cosines(emb, mine, others)
         ci = np.concatenate([remap[ci[keep]], mine, others])
         cj = np.concatenate([remap[cj[keep]], others, mine])
-        cs = np.concatenate([cs[keep], row[others], row[others]])
+        cs = np.concatenate([cs[keep], sims, sims])
     return ClueState(labels, emb, (ci, cj, cs))
 
 
@@ -254,7 +267,7 @@ def add_session_to_graph(g: MemoryGraph, ds: Dataset, memory: int, utt_emb: np.n
     sims = new @ (g.rows_of(utt_emb) if n_old else new[:0]).T  # (new, old)
     sims = np.concatenate([sims, new @ new.T], axis=1)  # (new, all)
     new_r, all_c = np.nonzero(sims > config.gamma - 1e-4)
-    vals = sims[new_r, all_c]
+    vals = exact_cosines(utt_emb, utterances[n_old + new_r], utterances[all_c])
     old_rows, old_cols, old_sims = g.utt_pairs
     back = all_c < n_old  # old utterance -> new utterance candidates
     rows = np.concatenate([old_rows, n_old + new_r, all_c[back]])

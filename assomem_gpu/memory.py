@@ -44,11 +44,11 @@ class MemoryBank:
     utt_speakers: list[str] = field(default_factory=list)
     utt_texts: list[str] = field(default_factory=list)
     _by_id: dict[str, int] = field(default_factory=dict, repr=False)
-    _offset_array: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64), repr=False)
+    _offset_array: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64), repr=False, compare=False)
 
     @property
     def offset_array(self) -> np.ndarray:
-        """``offsets`` as an int64 array (remade only after sessions were added)."""
+        """``offsets`` as an int64 array (remade after sessions were added; ``offsets`` only ever grows)."""
         if len(self._offset_array) != len(self.offsets):
             self._offset_array = np.asarray(self.offsets, dtype=np.int64)
         return self._offset_array

@@ -22,7 +22,9 @@ class EmbeddedDataset:
     utterances: np.ndarray  # (n_utterances, dim) float32, rows aligned with the bank
     questions: np.ndarray  # (n_questions, dim) float32
     derived: dict = field(default_factory=dict, repr=False)  # arrays methods derive once per dataset (clue embeddings)
-    _room: np.ndarray | None = field(default=None, repr=False)  # the buffer ``utterances`` views while it grows
+    # [buffer, rows filled]: ``utterances`` views its first rows while it grows; the list is shared by copies of this
+    # object, so a copy that fell behind sees the count move and takes a buffer of its own
+    _room: list | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, ds: Dataset, encoder: Encoder) -> "EmbeddedDataset":
@@ -32,12 +34,13 @@ class EmbeddedDataset:
         """Append rows to ``utterances`` in amortised O(rows): they live in a buffer with room to grow (doubling)."""
         n, k = len(self.utterances), len(emb)
         room = self._room
-        if room is None or self.utterances.base is not room or len(room) < n + k:
-            room = np.empty((max(2 * n, n + k, 1024), self.utterances.shape[1]), np.float32)
-            room[:n] = self.utterances
-            self._room = room
-        room[n : n + k] = emb
-        self.utterances = room[: n + k]
+        if room is None or self.utterances.base is not room[0] or room[1] != n or len(room[0]) < n + k:
+            buffer = np.empty((max(2 * n, n + k, 1024), self.utterances.shape[1]), np.float32)
+            buffer[:n] = self.utterances
+            room = self._room = [buffer, n]
+        room[0][n : n + k] = emb
+        room[1] = n + k
+        self.utterances = room[0][: n + k]
 
 
 class Method(Protocol):

@@ -199,3 +199,15 @@ def test_add_session_rejects_bad_input_without_changes(tmp_path):
         AssoMem(AssoMemConfig(), fixed_weights(("relevance",)), enc).add_session(data, 0, "x", 0.0, turn,
                                                                                  enc.encode(["hello"]))
     assert data.dataset.bank.n_sessions == n_sessions and len(data.utterances) == n_utt
+
+
+def test_appended_embeddings_never_overwrite_a_copy():
+    import copy
+
+    base = EmbeddedDataset(None, np.zeros((3, 2), np.float32), np.zeros((0, 2), np.float32))
+    base.append_utterances(np.ones((1, 2), np.float32))
+    twin = copy.copy(base)  # shares the growth buffer
+    base.append_utterances(np.full((1, 2), 2.0, np.float32))
+    twin.append_utterances(np.full((2, 2), 3.0, np.float32))
+    assert base.utterances[:, 0].tolist() == [0, 0, 0, 1, 2]
+    assert twin.utterances[:, 0].tolist() == [0, 0, 0, 1, 3, 3]

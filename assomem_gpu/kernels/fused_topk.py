@@ -53,28 +53,42 @@ _fused_cpu = njit(cache=True)(fused_one)
 _insert_cpu = njit(cache=True)(insert)
 
 
-def _fused_topk_batch(scores, counts, weights, inv_t, k, out_idx, out_score):
+@njit(cache=True)
+def _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score):
+    """Question ``b``: per-signal max and sum of exponentials, then every candidate through the top-``k`` list."""
     n_signals = scores.shape[2]
-    for b in prange(scores.shape[0]):
-        n = counts[b]
-        maxes = np.full(n_signals, -np.inf)
-        sums = np.zeros(n_signals)
-        for d in range(n_signals):
-            for c in range(n):
-                maxes[d] = max(maxes[d], scores[b, c, d])
-            for c in range(n):
-                sums[d] += math.exp((scores[b, c, d] - maxes[d]) * inv_t)
-        top_s = np.full(k, -np.inf)
-        top_i = np.full(k, -1, np.int64)
+    n = counts[b]
+    maxes = np.full(n_signals, -np.inf)
+    sums = np.zeros(n_signals)
+    for d in range(n_signals):
         for c in range(n):
-            _insert_cpu(top_s, top_i, k, _fused_cpu(scores[b], c, n_signals, maxes, sums, weights[b], inv_t), c)
-        for j in range(k):
-            out_score[b, j] = top_s[j]
-            out_idx[b, j] = top_i[j]
+            maxes[d] = max(maxes[d], scores[b, c, d])
+        for c in range(n):
+            sums[d] += math.exp((scores[b, c, d] - maxes[d]) * inv_t)
+    top_s = np.full(k, -np.inf)
+    top_i = np.full(k, -1, np.int64)
+    for c in range(n):
+        _insert_cpu(top_s, top_i, k, _fused_cpu(scores[b], c, n_signals, maxes, sums, weights[b], inv_t), c)
+    for j in range(k):
+        out_score[b, j] = top_s[j]
+        out_idx[b, j] = top_i[j]
 
 
-_fused_topk_parallel = njit(parallel=True, cache=True)(_fused_topk_batch)
-_fused_topk_serial = njit(cache=True)(_fused_topk_batch)  # small batches: no thread-pool start-up per call
+# Two drivers, not one function compiled twice: Numba's on-disk cache keys a function by its name and line, not by
+# ``parallel``, so one function compiled both ways would load whichever variant was cached first.
+@njit(parallel=True, cache=True)
+def _fused_topk_parallel(scores, counts, weights, inv_t, k, out_idx, out_score):
+    for b in prange(scores.shape[0]):
+        _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score)
+
+
+@njit(cache=True)
+def _fused_topk_serial(scores, counts, weights, inv_t, k, out_idx, out_score):
+    """Small batches: no thread-pool start-up per call."""
+    for b in range(scores.shape[0]):
+        _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score)
+
+
 PARALLEL_FROM = 8  # questions per call from which the parallel twin pays off
 
 

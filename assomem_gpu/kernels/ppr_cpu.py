@@ -60,23 +60,36 @@ def _iterate_column(indptr, indices, values, t, one_minus_d, tol, max_iter, r, n
     return r, max_iter
 
 
-def _ppr_blocks(indptr, indices, values, teleports, one_minus_d, tol, max_iter, block, out):
-    n, b = teleports.shape
-    n_blocks = (b + block - 1) // block
+@njit(cache=True)
+def _run_block(k, indptr, indices, values, teleports, one_minus_d, tol, max_iter, block, out):
+    """Block ``k`` of the columns: copied out contiguously, iterated, written back; returns its iterations."""
+    lo = k * block
+    hi = min(lo + block, teleports.shape[1])
+    t = np.ascontiguousarray(teleports[:, lo:hi])
+    r, its = _iterate_block(indptr, indices, values, t, one_minus_d, tol, max_iter, t.copy(), np.empty_like(t))
+    out[:, lo:hi] = r
+    return its
+
+
+# Two drivers, not one function compiled twice: Numba's on-disk cache keys a function by its name and line, not by
+# ``parallel``, so one function compiled both ways would load whichever variant was cached first.
+@njit(parallel=True, cache=True)
+def _ppr_parallel(indptr, indices, values, teleports, one_minus_d, tol, max_iter, block, out):
+    n_blocks = (teleports.shape[1] + block - 1) // block
     iterations = np.zeros(max(n_blocks, 1), np.int64)
     for k in prange(n_blocks):
-        lo = k * block
-        hi = min(lo + block, b)
-        t = np.ascontiguousarray(teleports[:, lo:hi])
-        r, its = _iterate_block(indptr, indices, values, t, one_minus_d, tol, max_iter, t.copy(),
-                                np.empty_like(t))
-        out[:, lo:hi] = r
-        iterations[k] = its
+        iterations[k] = _run_block(k, indptr, indices, values, teleports, one_minus_d, tol, max_iter, block, out)
     return iterations.max()
 
 
-_ppr_parallel = njit(parallel=True, cache=True)(_ppr_blocks)
-_ppr_serial = njit(cache=True)(_ppr_blocks)  # one block: no thread pool to wake (or to fight BLAS's threads)
+@njit(cache=True)
+def _ppr_serial(indptr, indices, values, teleports, one_minus_d, tol, max_iter, block, out):
+    """One block: no thread pool to wake (or to fight BLAS's threads)."""
+    n_blocks = (teleports.shape[1] + block - 1) // block
+    its = 0
+    for k in range(n_blocks):
+        its = max(its, _run_block(k, indptr, indices, values, teleports, one_minus_d, tol, max_iter, block, out))
+    return its
 
 
 def personalized_pagerank_cpu(transition, teleports: np.ndarray, damping: float = 0.85, tol: float = 1e-6,

@@ -21,8 +21,9 @@ def cugraph_available() -> str | None:
 def personalized_pagerank_graph(transition, teleports, damping: float = 0.85, tol: float = 1e-6, max_iter: int = 100,
                                 backend: str = "cugraph") -> tuple[np.ndarray, int]:
     """Eq. 2 per column of ``teleports`` (N, B) with ``nx.pagerank(..., backend=backend)``; ``transition`` is the
-    column-stochastic scipy CSR M. Returns the scores (N, B) and ``max_iter`` (networkx does not report iterations;
-    it raises ``PowerIterationFailedConvergence`` when the cap is reached first).
+    column-stochastic CSR M (scipy, or cupyx on the CUDA backend: networkx takes host copies, and the scores go back
+    to the teleports' array module). Returns the scores (N, B) and ``max_iter`` (networkx does not report
+    iterations; it raises ``PowerIterationFailedConvergence`` when the cap is reached first).
 
     M's column j is the walk out of node j, so the graph has an edge j → i weighted M[i, j]; every node has out-edges
     (a node without edges keeps its mass through a self-loop), so networkx's dangling-node rule never applies. Its
@@ -30,15 +31,25 @@ def personalized_pagerank_graph(transition, teleports, damping: float = 0.85, to
     """
     import networkx as nx
 
-    t = np.asarray(teleports, dtype=np.float64)
+    on_device = hasattr(teleports, "__cuda_array_interface__")
+    t = (teleports.get() if on_device else np.asarray(teleports)).astype(np.float64)
+    m = transition.get() if hasattr(transition, "get") else transition
     n = t.shape[0]
     out = np.zeros(t.shape, np.float32)
     if t.size == 0:
-        return out, 0
-    graph = nx.from_scipy_sparse_array(transition.T.tocsr(), create_using=nx.DiGraph, edge_attribute="weight")
+        return _like(out, on_device), 0
+    graph = nx.from_scipy_sparse_array(m.T.tocsr(), create_using=nx.DiGraph, edge_attribute="weight")
     for j in range(t.shape[1]):
         start = {i: float(v) for i, v in enumerate(t[:, j])}
         scores = nx.pagerank(graph, alpha=damping, personalization=start, nstart=start, tol=tol / n,
                              max_iter=max_iter, weight="weight", backend=backend)
         out[:, j] = [scores[i] for i in range(n)]
-    return out, max_iter
+    return _like(out, on_device), max_iter
+
+
+def _like(out: np.ndarray, on_device: bool):
+    if not on_device:
+        return out
+    import cupy
+
+    return cupy.asarray(out)
