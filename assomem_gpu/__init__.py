@@ -1,11 +1,4 @@
 """assomem_gpu: associative multi-signal memory retrieval (AssoMem), batched, with CPU and GPU paths."""
-import os
-
-# OpenBLAS's idle workers otherwise spin for ~2^28 cycles after every call and starve Numba's threads (and the next
-# small call waits for them): on 2 cores this tripled single-question latency. It takes effect only when this package
-# is imported before numpy (the CLIs always are); set the variable yourself to choose otherwise.
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-
 from .data import DataFormatError, load_dataset
 from .encode import CachedEncoder, EmbeddingCache, HashingEncoder, TransformersEncoder, make_encoder
 from .eval import evaluate
