@@ -1,12 +1,21 @@
-"""assomem_gpu: associative multi-signal memory retrieval (AssoMem), batched, with CPU and GPU paths."""
+"""assomem_gpu: associative multi-signal memory retrieval (AssoMem), batched, with CPU and GPU paths.
+
+The live memory is ``MemoryIndex`` (add sessions, remove them, search with text, save, load); the benchmark tools
+(``python -m assomem_gpu.eval``, ``.calibrate``, ``.bench``) run the same engine.
+"""
+from .config import AssoMemConfig
 from .data import DataFormatError, load_dataset
 from .encode import CachedEncoder, EmbeddingCache, HashingEncoder, TransformersEncoder, make_encoder
 from .eval import evaluate
+from .graph import GraphConfig
+from .index import Hit, LabelledQuestion, MemoryIndex, Session, Utterance
 from .memory import Dataset, Memory, MemoryBank, Question
 from .retrieve import METHODS, EmbeddedDataset, make_method
+from .snapshot import SnapshotError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-__all__ = ["CachedEncoder", "DataFormatError", "Dataset", "EmbeddedDataset", "EmbeddingCache", "HashingEncoder",
-           "METHODS", "Memory", "MemoryBank", "Question", "TransformersEncoder", "evaluate", "load_dataset",
-           "make_encoder", "make_method"]
+__all__ = ["AssoMemConfig", "CachedEncoder", "DataFormatError", "Dataset", "EmbeddedDataset", "EmbeddingCache",
+           "GraphConfig", "HashingEncoder", "Hit", "LabelledQuestion", "METHODS", "Memory", "MemoryBank",
+           "MemoryIndex", "Question", "Session", "SnapshotError", "TransformersEncoder", "Utterance", "evaluate",
+           "load_dataset", "make_encoder", "make_method"]

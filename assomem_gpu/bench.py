@@ -1,24 +1,32 @@
-"""``python -m assomem_gpu.bench``: latency and throughput of the AssoMem engine, beside the networkx reference.
+"""``python -m assomem_gpu.bench``: latency and throughput of a ``MemoryIndex`` (the default config), beside the
+networkx reference.
 
 Synthetic memories (clustered embeddings, dated sessions, planted evidence) at 50, 500 and 2,500 sessions, or real
-data (``--dataset ... --haystack-sessions N``). Per scale: graph build, single-question p50/p95 (question embedding
-given: encoding excluded), batch throughput for B = 1, 16, 256, 1024, time per stage, the reference's time per
-question and the share of questions whose top-10 is identical. ``--output`` writes JSON (default
-``benchmarks/results/bench_<device>.json``).
+data (``--dataset ... --haystack-sessions N``, the first memory). Per scale: the build (clue texts embedded by the
+bundled encoder; that encoding reported apart), single-question p50/p95 with the question's vector given and with its
+text (encoding included), batch throughput for B = 1, 16, 256, 1024, time per stage, adding a 10-utterance session
+(encoding apart), removing one, save and load and the file's size, the reference's time per question and the share
+of questions whose top-10 is identical, and whether the index after the writes equals a rebuild.
+``--output`` writes JSON (default ``out/bench_<device>.json``; the committed figures are in ``benchmarks/results/``).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .assomem import AssoMem, AssoMemConfig
+from .assomem import AssoMem
 from .backend import cuda_unavailable_reason, get_backend
+from .clues import keyword_clue
+from .config import AssoMemConfig
+from .encode import DEFAULT_MODEL, TransformersEncoder
 from .fusion import FusionModel
+from .index import MemoryIndex, Session, Utterance
 from .memory import Dataset, Memory, MemoryBank, Question
 from .reference import reference_top
 from .retrieve import EmbeddedDataset
@@ -26,13 +34,53 @@ from .retrieve import EmbeddedDataset
 DAY = 86_400.0
 
 
+class TimedEncoder:
+    """An encoder that adds up the seconds it spends, so that builds and adds can report encoding apart."""
+
+    def __init__(self, encoder):
+        self.encoder, self.name, self.dim, self.seconds = encoder, encoder.name, encoder.dim, 0.0
+
+    def encode(self, texts):
+        start = time.perf_counter()
+        try:
+            return self.encoder.encode(texts)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+class SyntheticEncoder:
+    """The encoder of a synthetic memory's world: a word's vector is the mean of the (synthetic) embeddings of the
+    utterances that use it, a text's the normalised mean of its words' (unknown words count for nothing), so clue
+    texts land among their sessions' utterances as a real encoder's would."""
+
+    def __init__(self, data: EmbeddedDataset):
+        texts = data.dataset.bank.utt_texts
+        words = [t.split() for t in texts]
+        self.vocab = {w: i for i, w in enumerate(sorted({w for ws in words for w in ws}))}
+        rows = np.repeat(np.arange(len(texts)), [len(ws) for ws in words])
+        cols = np.fromiter((self.vocab[w] for ws in words for w in ws), np.int64)
+        self.vectors = np.zeros((len(self.vocab), data.utterances.shape[1]), np.float32)
+        np.add.at(self.vectors, cols, data.utterances[rows])
+        self.dim, self.name = data.utterances.shape[1], f"synthetic:{data.dataset.name}"
+
+    def encode(self, texts):
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for i, text in enumerate(texts):
+            ids = [self.vocab[w] for w in text.replace(",", " ").split() if w in self.vocab]
+            out[i] = self.vectors[ids].sum(axis=0) if ids else 1.0
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
 def synthetic_memory(n_sessions: int, n_questions: int, seed: int = 0, dim: int = 384, per_session: int = 10,
                      topics: int | None = None) -> EmbeddedDataset:
     """One memory of ``n_sessions`` dated sessions on clustered topics; each question plants one evidence utterance."""
+    from wordfreq import top_n_list
+
     rng = np.random.default_rng(seed)
     topics = topics or max(4, n_sessions // 10)
     centres = rng.normal(size=(topics, dim)).astype(np.float32)
-    vocab = [f"w{i}" for i in range(2000)]
+    words = np.asarray([w for w in top_n_list("en", 60_000) if w.isalpha() and len(w) > 3])
+    vocab = rng.choice(words, size=(topics, 40))  # each topic its own words (few shared)
     bank = MemoryBank()
     start = 1_672_531_200.0  # 2023-01-01
     dates = np.sort(rng.uniform(start, start + 365 * DAY, n_sessions))
@@ -40,9 +88,8 @@ def synthetic_memory(n_sessions: int, n_questions: int, seed: int = 0, dim: int 
     emb = []
     for s in range(n_sessions):
         n = int(rng.integers(per_session // 2, per_session * 3 // 2 + 1))
-        words = rng.choice(vocab, size=(n, 8))
-        turns = [(f"s{s}:{t}", "user" if t % 2 == 0 else "assistant", f"topic{topic_of[s]} " + " ".join(words[t]))
-                 for t in range(n)]
+        said = rng.choice(vocab[topic_of[s]], size=(n, 8))
+        turns = [(f"s{s}:{t}", "user" if t % 2 == 0 else "assistant", " ".join(said[t])) for t in range(n)]
         bank.add_session(f"s{s}", float(dates[s]), turns)
         e = centres[topic_of[s]] + 0.9 * rng.normal(size=(n, dim)).astype(np.float32)
         emb.append(e / np.linalg.norm(e, axis=1, keepdims=True))
@@ -57,93 +104,133 @@ def synthetic_memory(n_sessions: int, n_questions: int, seed: int = 0, dim: int 
     return EmbeddedDataset(Dataset(f"synthetic-{n_sessions}", bank, [memory], questions), utt, q)
 
 
-def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single: int, n_reference: int) -> dict:
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single: int, n_reference: int,
+                encoder: TimedEncoder, text_encoder) -> dict:
+    """``encoder`` embeds the memory's clue texts and added sessions (timed apart); ``text_encoder`` (the bundled
+    MiniLM) embeds free-text questions and, for the figure of an add's encoding, the added sessions."""
     backend = get_backend(device)
+    text_encoder.encode(["warm up"]), keyword_clue(["warm up"])  # the weights and the word frequencies load once
     rng = np.random.default_rng(1)
-    signals = AssoMemConfig().signals
+    config = AssoMemConfig()
+    signals = config.signals
     fusion = FusionModel(list(signals), ["a", "b"], rng.random((2, len(signals))), 0.2,
                          rng.normal(size=(2, data.questions.shape[1])).astype(np.float32), np.zeros(2, np.float32))
-    config = AssoMemConfig(clue_mode="centroid")
-    method = AssoMem(config, fusion, backend=backend)
+    method = AssoMem(config, fusion, encoder, device=device, cache=1)
     ds = data.dataset
-    size = {"sessions": int(np.mean([len(m.sessions) for m in ds.memories])),
-            "utterances": int(np.mean([len(ds.memory_utterances(m)) for m in range(len(ds.memories))]))}
-    t0 = time.perf_counter()
-    for m in range(len(ds.memories)):  # graph, BM25 index and time mentions of every memory: the one-off build
-        method.prepare(data, m)
-    build_s = time.perf_counter() - t0
-    n_q = len(ds.questions)
+    size = {"sessions": len(ds.memories[0].sessions), "utterances": len(ds.memory_utterances(0))}
+    encoder.seconds = 0.0
+    build_s = _timed(lambda: method.index(data, 0))  # graph, clues, BM25 index and time mentions: the one-off build
+    build_encode_s = encoder.seconds
+    index = method.index(data, 0)
+    qs = data.questions
+    texts = [q.text for q in ds.questions]
+    when = np.asarray([q.date for q in ds.questions])
+    n_q = len(texts)
+
+    def search(rows, k=10):
+        return index.search_embeddings(qs[rows], [texts[i] for i in rows], k=k, question_date=when[rows])
+
     for warm in ([0], list(range(min(n_q, 64)))):  # compile the serial and the parallel kernels
-        method.rank(data, warm, 10)
-    single = []
-    for q in range(min(n_single, n_q)):
-        t = time.perf_counter()
-        method.rank(data, [q], 10)
-        single.append(1000 * (time.perf_counter() - t))
+        search(warm)
+    single = [1000 * _timed(lambda: search([i])) for i in range(min(n_single, n_q))]
+
+    def free(i):  # what index.search does with an index whose encoder is text_encoder
+        return index.search_embeddings(text_encoder.encode([texts[i]]), [texts[i]], question_date=when[[i]])
+
+    free_text = [1000 * _timed(lambda: free(i)) for i in range(min(n_single, n_q))]
     qps, stages = {}, {}
     for b in batches:  # the median of three timed calls per batch size
-        qs = [i % n_q for i in range(b)]
+        rows = [i % n_q for i in range(b)]
         runs = []
         for _ in range(3):
-            method.stage_seconds.clear()
-            t = time.perf_counter()
-            method.rank(data, qs, 10)
-            runs.append((time.perf_counter() - t, dict(method.stage_seconds)))
+            index.stage_seconds.clear()
+            runs.append((_timed(lambda: search(rows)), dict(index.stage_seconds)))
         seconds, stage_s = sorted(runs, key=lambda r: r[0])[1]
         qps[str(b)] = b / seconds
         stages[str(b)] = {k: round(1000 * v / b, 4) for k, v in stage_s.items()}
     p50 = float(np.percentile(single, 50))
-    add_ms = []
-    for i in range(5):  # append 10-utterance sessions to the first memory (graph built): the incremental update;
-        # the reference below then checks the grown memory
-        vecs = data.utterances[rng.integers(len(data.utterances), size=10)]
-        turns = [(f"added{i}:{t}", "user", f"added session {i} turn {t}") for t in range(10)]
-        t = time.perf_counter()
-        method.add_session(data, 0, f"added{i}", float(ds.memories[0].dates.max()), turns, vecs)
-        add_ms.append(1000 * (time.perf_counter() - t))
+
     reference = {"reference_build_s": None, "reference_single_ms": None, "speedup_vs_reference": None,
-                 "throughput_speedup_vs_reference": None, "build_speedup_vs_reference": None, "top10_agreement": None, "reference_questions": 0}
+                 "throughput_speedup_vs_reference": None, "build_speedup_vs_reference": None,
+                 "top10_agreement": None, "reference_questions": 0}
     if n_reference > 0:
-        fast = method.rank(data, list(range(min(n_reference, n_q))), 10)
+        fast = [[h.utterance_id for h in hits] for hits in search(list(range(min(n_reference, n_q))))]
+        ids = ds.bank.utt_ids
         graphs: dict = {}
-        t = time.perf_counter()
-        reference_top(data, 0, method, fusion, graphs=graphs)  # builds the reference graph (and BM25) once
-        reference_build_s = time.perf_counter() - t
+        reference_build_s = _timed(lambda: reference_top(data, 0, method, fusion, graphs=graphs))  # graph, BM25 once
         ref_ms, agree = [], 0
         for q, ranked in enumerate(fast):
-            t = time.perf_counter()
+            start = time.perf_counter()
             top = reference_top(data, q, method, fusion, graphs=graphs)
-            ref_ms.append(1000 * (time.perf_counter() - t))
-            agree += list(ranked[:10]) == top
+            ref_ms.append(1000 * (time.perf_counter() - start))
+            agree += ranked == [ids[i] for i in top]
         ref = float(np.median(ref_ms))
         reference = {"reference_build_s": round(reference_build_s, 3), "reference_single_ms": round(ref, 3),
                      "speedup_vs_reference": round(ref / p50, 2),
                      "throughput_speedup_vs_reference": round(ref * max(qps.values()) / 1000, 1),
-                     "build_speedup_vs_reference":
-                     round(reference_build_s / build_s, 1), "top10_agreement": agree / len(fast),
-                     "reference_questions": len(fast)}
+                     "build_speedup_vs_reference": round(reference_build_s / build_s, 1),
+                     "top10_agreement": agree / len(fast), "reference_questions": len(fast)}
+
+    add_ms, add_encode_ms, remove_ms = [], [], []
+    for i in range(5):  # add 10-utterance sessions (embedded by the index's encoder), then remove other sessions
+        said = ds.bank.utt_texts[ds.bank.offsets[7 * i] : ds.bank.offsets[7 * i] + 10]
+        turns = [Utterance(f"{said[t % len(said)]} again {t}", "user") for t in range(10)]
+        session = Session(f"added{i}", float(data.dataset.memories[0].dates.max()), turns)
+        encoder.seconds = 0.0
+        add_ms.append(1000 * _timed(lambda: index.add_sessions([session])))
+        add_ms[-1] -= 1000 * encoder.seconds
+        add_encode_ms.append(1000 * _timed(lambda: text_encoder.encode([f"user: {u.text}" for u in turns]
+                                                                       + [f"topic: {keyword_clue(said)}"])))
+        remove_ms.append(1000 * _timed(lambda: index.remove_sessions([ds.bank.session_ids[3 * i + 1]])))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "index.npz"
+        save_s = _timed(lambda: index.save(path))
+        file_mb = path.stat().st_size / 2**20
+        loaded = []
+        load_s = _timed(lambda: loaded.append(MemoryIndex.load(path, encoder=encoder, device=device)))
+    probe = list(range(min(50, n_q)))
+    after = [[h.utterance_id for h in hits] for hits in search(probe)]
+    rebuilt = MemoryIndex(encoder, config, fusion, device, dated=False, dim=index.dim)
+    held = [index.get_session(s) for s in index.session_ids]
+    rebuilt.add_sessions(held, np.concatenate([index._state.emb.view]))  # the same vectors, from scratch
+    same = [[h.utterance_id for h in hits]
+            for hits in rebuilt.search_embeddings(qs[probe], [texts[i] for i in probe], question_date=when[probe])]
+    reloaded = [[h.utterance_id for h in hits]
+                for hits in loaded[0].search_embeddings(qs[probe], [texts[i] for i in probe], question_date=when[probe])]
     return {
         **size,
-        "device": f"{backend.name}: {backend.device}", "build_s": round(build_s, 4),
+        "device": f"{backend.name}: {backend.device}", "build_s": round(build_s - build_encode_s, 4),
+        "build_clue_encoding_s": round(build_encode_s, 3),
         "single_p50_ms": round(p50, 3), "single_p95_ms": round(float(np.percentile(single, 95)), 3),
+        "free_text_p50_ms": round(float(np.percentile(free_text, 50)), 3),
         "batch_qps": {k: round(v, 1) for k, v in qps.items()}, "stage_ms_per_question": stages,
         "add_session_ms": round(float(np.median(add_ms)), 3),
+        "add_session_encoding_ms": round(float(np.median(add_encode_ms)), 3),
+        "remove_session_ms": round(float(np.median(remove_ms)), 3),
+        "save_s": round(save_s, 4), "load_s": round(load_s, 4), "index_file_mb": round(file_mb, 2),
+        "after_writes_equals_rebuild": after == same, "load_equals_saved": after == reloaded,
         **reference,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--sessions", type=int, nargs="+", default=[50, 500, 2500], help="synthetic memory sizes")
     p.add_argument("--dataset", help="real data instead: <format>:<path> (embedded with the default encoder)")
     p.add_argument("--haystack-sessions", type=int, help="with --dataset: grow LongMemEval haystacks")
     p.add_argument("--limit", type=int, default=64, help="with --dataset: questions sampled")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--batches", type=int, nargs="+", default=[1, 16, 256, 1024])
     p.add_argument("--single", type=int, default=100, help="questions timed one at a time")
     p.add_argument("--reference", type=int, default=20, help="questions also ranked by the networkx reference")
-    p.add_argument("--output", help="JSON results (default benchmarks/results/bench_<device>.json)")
+    p.add_argument("--output", help="JSON results (default out/bench_<device>.json)")
     args = p.parse_args(argv)
     try:
         backend = get_backend(args.device)
@@ -152,23 +239,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     reason = cuda_unavailable_reason()
     print(f"backend: {backend.name} ({backend.device})" + (f"; cuda not used: {reason}" if reason else ""))
-    scales = []
+    text_encoder = TransformersEncoder(DEFAULT_MODEL)
     if args.dataset:
         from .data import load_dataset
         from .encode import make_encoder
 
         ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit)
-        datasets = [EmbeddedDataset.build(ds, make_encoder())]
+        real = make_encoder()
+        datasets = [(EmbeddedDataset.build(ds.subset([q for q in range(len(ds.questions))
+                                                      if ds.questions[q].memory == ds.questions[0].memory]), real),
+                     real)]
     else:
-        datasets = [synthetic_memory(n, max(args.batches + [args.single])) for n in args.sessions]
-    for data in datasets:
-        result = bench_scale(data, args.device, args.batches, args.single, args.reference)
+        datasets = [(data, SyntheticEncoder(data)) for data in
+                    (synthetic_memory(n, max(args.batches + [args.single])) for n in args.sessions)]
+    scales = []
+    for data, encoder in datasets:
+        result = bench_scale(data, args.device, args.batches, args.single, args.reference, TimedEncoder(encoder),
+                             text_encoder)
         scales.append({"dataset": data.dataset.name, **result})
         print(json.dumps(scales[-1]))
-    out = Path(args.output or f"benchmarks/results/bench_{backend.name}.json")
+    out = Path(args.output or f"out/bench_{backend.name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"backend": backend.name, "device": backend.device, "cuda_unavailable_reason": reason,
-                               "scales": scales}, indent=1) + "\n")
+                               "config": AssoMemConfig().to_json(), "scales": scales}, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
 

@@ -9,8 +9,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .assomem import AssoMem, Features
+from .assomem import AssoMem
 from .retrieve import EmbeddedDataset
+from .scoring import Features
 
 
 def folds_of(data: EmbeddedDataset, questions: Sequence[int], k: int, seed: int = 0) -> list[np.ndarray]:
@@ -46,7 +47,9 @@ def cross_validated_rankings(method: AssoMem, data: EmbeddedDataset, questions: 
     for fold in folds_of(data, questions, k, seed):
         held = set(fold.tolist())
         train = [q for q in questions if q not in held]
-        model = method.fit(data, train, [by_q[q] for q in train])
+        labelled = any(len(data.dataset.questions[q].evidence) for q in train)
+        # a fold whose other folds hold no labelled question is ranked with the shipped weights
+        model = method.fit(data, train, [by_q[q] for q in train]) if labelled else method.default_fusion()
         ranked = method.fuse([by_q[q] for q in fold], data.questions[fold], model, depth)
         out.update(zip(fold.tolist(), ranked))
     return [out[q] for q in questions]
@@ -72,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     from .encode import DEFAULT_MODEL, make_encoder
     from .fusion import save_weights
 
-    p = argparse.ArgumentParser(prog="python -m assomem_gpu.calibrate", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m assomem_gpu.calibrate", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dataset", required=True, help="<format>:<path> of the labelled calibration data")
     p.add_argument("--output", required=True, help="weights file to write (JSON)")
     p.add_argument("--limit", type=int, help="calibrate on a seeded sample of this many questions")
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    save_weights(args.output, model, config.to_json())
+    save_weights(args.output, model, config.to_json(), encoder.name)
     print(f"calibrated on {sum(len(q.evidence) > 0 for q in ds.questions)} questions; weights per type "
           f"({', '.join(model.signals)}):")
     for t, w in zip(model.types, model.type_weights):

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import replace
 
-from .assomem import SIGNALS, AssoMemConfig
-from .clues import CLUE_MODES
+from .config import CLUE_MODES, SIGNALS, AssoMemConfig
 from .graph import GraphConfig
 
 
@@ -42,22 +42,18 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
     if base is not None:
         return replace(base, signals=tuple(s for s in base.signals if not getattr(args, f"no_{s}", False)),
                        clues=base.clues and not args.no_clues)
-    if not all(0 < e < 1 for e in args.bin_edges) or sorted(args.bin_edges) != args.bin_edges:
-        raise ValueError("--bin-edges must be increasing quantiles strictly between 0 and 1")
-    for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_neighbors", 0), ("folds", 2)):
-        if getattr(args, name) < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least {low}")
-    for name in ("temperature", "weight_temperature"):
-        if getattr(args, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive")
-    if not 0 < args.damping < 1:
-        raise ValueError("--damping must lie strictly between 0 and 1")
+    if args.folds < 2:
+        raise ValueError("--folds must be at least 2")
     signals = tuple(s for s in SIGNALS if not getattr(args, f"no_{s}", False))
     if not signals:
         raise ValueError("every signal is switched off")
-    graph = GraphConfig(delta=args.delta, gamma=args.gamma, max_neighbors=args.max_neighbors,
-                        adjacency_weight=args.adjacency_weight, speakers=args.speakers)
-    return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, llm=args.llm, clues=not args.no_clues,
-                         top_clues=args.top_clues, min_candidates=args.min_candidates, clue_mix=args.clue_mix,
-                         damping=args.damping, temperature=args.temperature,
-                         weight_temperature=args.weight_temperature, bin_edges=tuple(args.bin_edges))
+    try:  # the configs check the values; their errors name the option
+        graph = GraphConfig(delta=args.delta, gamma=args.gamma, max_neighbors=args.max_neighbors,
+                            adjacency_weight=args.adjacency_weight, speakers=args.speakers)
+        return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, llm=args.llm,
+                             clues=not args.no_clues, top_clues=args.top_clues, min_candidates=args.min_candidates,
+                             clue_mix=args.clue_mix, damping=args.damping, temperature=args.temperature,
+                             weight_temperature=args.weight_temperature, bin_edges=tuple(args.bin_edges))
+    except ValueError as exc:
+        raise ValueError(re.sub(r"(?:AssoMemConfig|GraphConfig)\.(\w+)",
+                                lambda m: "--" + m.group(1).replace("_", "-"), str(exc))) from None

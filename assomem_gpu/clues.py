@@ -1,59 +1,87 @@
 """Session clues: the text that names what a session is about, and the clue embeddings the graph starts from.
 
-Modes: ``keywords`` (default, offline, extractive: the session's top TF-IDF terms, embedded as text), ``centroid``
-(the normalised mean of the session's utterance embeddings, no text) and ``llm`` (the paper's topic prompt through
-an LLM, see ``llm.py``; cached by session content).
+Every mode makes a session's clue from that session alone, so adding or removing other sessions never changes it (an
+index grows and shrinks exactly):
+
+- ``keywords`` (default, offline, extractive): the session's top terms by TF-IDF, where the IDF comes from general
+  English word frequencies (``wordfreq``) rather than from the other sessions; embedded as text;
+- ``centroid``: the normalised mean of the session's utterance embeddings, no text;
+- ``llm``: the paper's topic prompt through an LLM (see ``llm.py``; cached by session content).
 """
 from __future__ import annotations
 
+import functools
+import math
+import re
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
 
+from .config import CLUE_MODES
 from .encode import Encoder
 from .memory import MemoryBank
 
-CLUE_MODES = ("keywords", "centroid", "llm")
+_TOKEN = re.compile(r"(?u)\b[a-zA-Z][a-zA-Z0-9'-]+\b")
+RAREST = 1e-9  # frequency given to words wordfreq has never seen (names, typos): they are the most telling terms
 
 
-def keyword_clues(bank: MemoryBank, n_terms: int = 8) -> list[str]:
-    """Each session's ``n_terms`` highest TF-IDF unigrams and bigrams (IDF over the bank's sessions), as one string."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
+@functools.lru_cache(maxsize=1)
+def _english() -> tuple[dict[str, float], frozenset[str]]:
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+    from wordfreq import get_frequency_dict
 
-    docs = [" ".join(bank.utt_texts[bank.offsets[s] : bank.offsets[s + 1]]) for s in range(bank.n_sessions)]
-    vec = TfidfVectorizer(stop_words="english", ngram_range=(1, 2), sublinear_tf=True, min_df=1, max_df=0.5,
-                          token_pattern=r"(?u)\b[a-zA-Z][a-zA-Z0-9'-]+\b", dtype=np.float32)
-    try:
-        tfidf = vec.fit_transform(docs).tocsr()
-    except ValueError:  # every session empty or stop words only
-        return ["" for _ in docs]
-    vocab = vec.get_feature_names_out()
-    clues = []
-    for s in range(bank.n_sessions):
-        row = tfidf.getrow(s)
-        top = row.indices[np.argsort(-row.data, kind="stable")[:n_terms]]
-        clues.append(", ".join(vocab[top]))
-    return clues
+    return get_frequency_dict("en"), frozenset(ENGLISH_STOP_WORDS)
 
 
-def centroid_embeddings(bank: MemoryBank, utt_emb: np.ndarray) -> np.ndarray:
-    """Normalised mean utterance embedding of every session (zero for an empty session)."""
-    out = np.zeros((bank.n_sessions, utt_emb.shape[1]), np.float32)
-    np.add.at(out, bank.utt_session(), utt_emb)
+def keyword_clue(texts: Sequence[str], n_terms: int = 8) -> str:
+    """A session's ``n_terms`` best unigrams and bigrams (stop words removed; bigrams within an utterance) by
+    (1 + log tf) · idf, where idf = −log(frequency in English) and a bigram's is its rarer word's; ties alphabetical.
+    Empty when the session has no such term."""
+    freq, stop = _english()
+    counts: Counter[str] = Counter()
+    for text in texts:
+        words = [w for w in _TOKEN.findall(text.lower()) if w not in stop]
+        counts.update(words + [f"{a} {b}" for a, b in zip(words, words[1:])])
+    idf = {w: -math.log(max(freq.get(w, 0.0), RAREST)) for w in counts if " " not in w}
+    score = {t: (1 + math.log(n)) * max(idf[w] for w in t.split(" ")) for t, n in counts.items()}
+    return ", ".join(sorted(score, key=lambda t: (-score[t], t))[:n_terms])
+
+
+def centroid_embeddings(offsets: np.ndarray, utt_emb: np.ndarray) -> np.ndarray:
+    """Normalised mean utterance embedding of every session (sessions own rows ``offsets[s]:offsets[s+1]``; zero
+    for an empty session)."""
+    owner = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    out = np.zeros((len(offsets) - 1, utt_emb.shape[1]), np.float32)
+    np.add.at(out, owner, utt_emb)
     return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
-def clue_embeddings(bank: MemoryBank, utt_emb: np.ndarray, mode: str, encoder: Encoder | None,
-                    texts: Sequence[str] | None = None) -> np.ndarray:
-    """Clue embedding of every bank session; ``texts`` are the clue texts for the text modes."""
+def clue_texts(bank: MemoryBank, sessions: Sequence[int], mode: str, llm: str = "smollm2") -> list[str] | None:
+    """The clue text of each of the bank's ``sessions``, or None for ``centroid``."""
     if mode == "centroid":
-        return centroid_embeddings(bank, utt_emb)
-    if mode not in CLUE_MODES:
-        raise ValueError(f"unknown clue mode {mode!r}; choose from {', '.join(CLUE_MODES)}")
-    if encoder is None or texts is None:
-        raise ValueError(f"clue mode {mode!r} needs the clue texts and an encoder")
-    emb = encoder.encode([f"topic: {t}" for t in texts])
-    empty = np.asarray([not t for t in texts])
-    if empty.any():  # a session without clue text falls back to its centroid
-        emb[empty] = centroid_embeddings(bank, utt_emb)[empty]
+        return None
+    if mode == "keywords":
+        return [keyword_clue(bank.utt_texts[bank.offsets[s] : bank.offsets[s + 1]]) for s in sessions]
+    if mode == "llm":
+        from .llm import llm_clues, make_llm
+
+        return llm_clues(bank, make_llm(llm), progress=False, sessions=sessions)
+    raise ValueError(f"unknown clue mode {mode!r}; choose from {', '.join(CLUE_MODES)}")
+
+
+def clue_embeddings(offsets: np.ndarray, utt_emb: np.ndarray, texts: Sequence[str] | None,
+                    encoder: Encoder | None) -> np.ndarray:
+    """Clue embedding of every session: its clue text embedded, or its centroid when it has no text (``texts`` None:
+    the centroid mode)."""
+    centroids = centroid_embeddings(offsets, utt_emb)
+    if texts is None:
+        return centroids
+    if encoder is None:
+        raise ValueError("text clues (clue_mode 'keywords' or 'llm') need an encoder; pass one or use "
+                         "clue_mode='centroid'")
+    emb = np.array(centroids)
+    has = [i for i, t in enumerate(texts) if t]
+    if has:
+        emb[has] = encoder.encode([f"topic: {texts[i]}" for i in has])
     return emb

@@ -10,7 +10,7 @@ type, and the weights are the classifier's probability-weighted mix of the per-t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -137,8 +137,34 @@ def fit_fusion(signals: Sequence[str], types: Sequence[str | None], scores: Sequ
     return FusionModel(list(signals), kinds, cmi, weight_temperature, coef, intercept)
 
 
-def save_weights(path: str | Path, model: FusionModel, config: dict) -> None:
-    Path(path).write_text(json.dumps({"fusion": model.to_json(), "config": config}, indent=1) + "\n")
+def restrict(model: FusionModel, signals: Sequence[str]) -> FusionModel:
+    """``model`` limited to ``signals`` (a subset of its own, e.g. for an ablation)."""
+    missing = [s for s in signals if s not in model.signals]
+    if missing:
+        raise ValueError(f"the fusion weights have no weight for {missing}")
+    keep = [model.signals.index(s) for s in signals]
+    return replace(model, signals=list(signals), cmi=model.cmi[:, keep])
+
+
+DEFAULT_WEIGHTS = "weights/default.json"  # package data; how it was made: assomem_gpu/weights/README.md
+
+
+def default_fusion(signals: Sequence[str], encoder_name: str | None) -> FusionModel:
+    """The shipped weights (calibrated on the LongMemEval_S dev half), limited to ``signals``. Their question-type
+    classifier reads the embeddings of the encoder they were calibrated with; with another encoder every type
+    counts equally."""
+    from importlib.resources import files
+
+    obj = json.loads(files("assomem_gpu").joinpath(DEFAULT_WEIGHTS).read_text(encoding="utf-8"))
+    model = FusionModel.from_json(obj["fusion"])
+    if obj.get("encoder") != encoder_name:
+        model = replace(model, coef=None, intercept=None)
+    return restrict(model, signals)
+
+
+def save_weights(path: str | Path, model: FusionModel, config: dict, encoder: str | None = None) -> None:
+    """Weights with the config and the encoder (its ``name``) they were calibrated with."""
+    Path(path).write_text(json.dumps({"fusion": model.to_json(), "config": config, "encoder": encoder}, indent=1) + "\n")
 
 
 def load_weights(path: str | Path) -> tuple[FusionModel, dict]:
@@ -147,3 +173,53 @@ def load_weights(path: str | Path) -> tuple[FusionModel, dict]:
         return FusionModel.from_json(obj["fusion"]), obj.get("config", {})
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: not a weights file written by python -m assomem_gpu.calibrate ({exc})") from exc
+
+
+@dataclass
+class Ranking:
+    """One question's ranking: utterance rows best first; the first ``len(scores)`` were ranked by their fused score
+    (eq. 4, the fused top-K kernel), the others follow by relevance."""
+
+    rows: np.ndarray
+    scores: np.ndarray  # float64 fused scores of rows[: len(scores)]
+
+
+def fuse(feats: Sequence, q_emb: np.ndarray, model: FusionModel, temperature: float, depth: int,
+         fused_topk) -> list[Ranking]:
+    """Rankings from features (``scoring.Features``) and weights: the fused score + top-K kernel ranks the best
+    ``min(depth, MAX_K)`` candidates; the other candidates follow by relevance, then the rest of the memory."""
+    from .kernels.fused_topk import MAX_K
+    from .retrieve import top_k
+
+    if not feats:
+        return []
+    signals = model.signals
+    weights = model.weights(q_emb, np.stack([f.active for f in feats]))
+    counts = np.array([len(f.candidates) for f in feats])
+    scores = np.zeros((len(feats), max(int(counts.max()), 1), len(signals)), np.float32)
+    for b, f in enumerate(feats):
+        scores[b, : len(f.candidates)] = f.scores
+    k = min(depth, MAX_K)
+    top, fused = fused_topk(scores, counts, weights, temperature, k)
+    rel = signals.index("relevance") if "relevance" in signals else 0
+    out = []
+    for b, f in enumerate(feats):
+        n = min(k, counts[b])
+        best = top[b, :n]
+        others = np.ones(counts[b], bool)
+        others[best] = False
+        others = np.flatnonzero(others)  # the candidates the kernel did not rank follow by relevance, as needed
+        others = others[top_k(f.scores[others, rel][None], min(depth - n, len(others)))[0]]
+        head = np.concatenate([f.candidates[best], f.candidates[others]])
+        tail = f.rest[top_k(f.rest_relevance[None], min(depth - len(head), len(f.rest)))[0]] \
+            if len(head) < depth else f.rest[:0]
+        out.append(Ranking(np.concatenate([head, tail]), fused[b, : min(n, depth)]))
+    return out
+
+
+def contributions(scores: np.ndarray, weights: np.ndarray, temperature: float) -> np.ndarray:
+    """Each signal's share of eq. 4 for every candidate: w_d · softmax_T(z_·d)_c, (n_candidates, n_signals); the
+    rows sum to the fused scores."""
+    z = np.asarray(scores, np.float64)
+    e = np.exp((z - z.max(axis=0, keepdims=True)) / temperature)
+    return np.asarray(weights, np.float64) * e / e.sum(axis=0, keepdims=True)

@@ -11,13 +11,14 @@ Clues: one per session (``clues.py`` makes their text and embeddings), merged wh
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from .memory import Dataset
+from .memory import MemoryBank
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,16 @@ class GraphConfig:
     max_neighbors: int = 10  # similarity edges kept per node (the strongest above γ)
     adjacency_weight: float = 1.0  # weight of edges between consecutive turns; 0 = none
     speakers: bool = False  # add a node per named speaker
+
+    def __post_init__(self):
+        for name in ("delta", "gamma"):  # cosines: above 1 means "never" (the hybrid baselines' δ = 1.01)
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= -1):
+                raise ValueError(f"GraphConfig.{name} must be a finite cosine threshold >= -1, got {value!r}")
+        if not (isinstance(self.max_neighbors, int) and self.max_neighbors >= 0):
+            raise ValueError(f"GraphConfig.max_neighbors must be an integer >= 0, got {self.max_neighbors!r}")
+        if not (isinstance(self.adjacency_weight, (int, float)) and 0 <= self.adjacency_weight < math.inf):
+            raise ValueError(f"GraphConfig.adjacency_weight must be finite and >= 0, got {self.adjacency_weight!r}")
 
 
 @dataclass(frozen=True)
@@ -41,29 +52,20 @@ class ClueState:
 
 @dataclass
 class MemoryGraph:
-    """The graph of one memory. Utterance node ``i`` is bank row ``utterances[i]``; clue node ``n_utt + c``."""
+    """The graph of one memory. Utterance node ``i`` is the memory's utterance ``i``; clue node ``n_utt + c``."""
 
-    utterances: np.ndarray  # bank rows (int64)
     utt_clue: np.ndarray  # clue of each utterance node (int64)
     clue_emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
     adjacency: sp.csr_matrix  # (n_nodes, n_nodes) float32, symmetric
     n_speakers: int = 0
-    utt_pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # directed top-k similarity pairs (local)
-    clues: ClueState | None = None  # for add_session_to_graph (kept when the clue nodes are dropped)
+    utt_pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # directed top-k similarity pairs
+    clues: ClueState | None = None  # what grow_graph / shrink_graph update (kept when the clue nodes are dropped)
 
     def __post_init__(self):
         self._by_clue = np.argsort(self.utt_clue, kind="stable")
         self._clue_starts = np.searchsorted(self.utt_clue[self._by_clue], np.arange(self.n_clues))
         self.clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
-        self._transition: sp.csr_matrix | None = None
-        self._contiguous = bool(len(self.utterances) < 2 or np.all(np.diff(self.utterances) == 1))
-
-    def rows_of(self, bank_array: np.ndarray) -> np.ndarray:
-        """The utterance nodes' rows of a bank-aligned array: a view when they are one contiguous range (no copy)."""
-        u = self.utterances
-        if len(u) and u[-1] - u[0] + 1 == len(u) and self._contiguous:
-            return bank_array[u[0] : u[-1] + 1]
-        return bank_array[u]
+        self.transition = self._transition()  # made with the graph: searches only read it
 
     def members(self, clues: np.ndarray) -> np.ndarray:
         """Utterance nodes owned by any of ``clues``, in node order."""
@@ -81,7 +83,7 @@ class MemoryGraph:
 
     @property
     def n_utt(self) -> int:
-        return len(self.utterances)
+        return len(self.utt_clue)
 
     @property
     def n_clues(self) -> int:
@@ -91,14 +93,12 @@ class MemoryGraph:
     def n_nodes(self) -> int:
         return self.n_utt + self.n_clues + self.n_speakers
 
-    def transition(self) -> sp.csr_matrix:
-        """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass), made once, with
-        int64 indices (the CPU PPR kernel runs twice as fast on them; device copies take int32)."""
-        if self._transition is None:
-            m = self._column_stochastic()
-            m.indptr, m.indices = m.indptr.astype(np.int64), m.indices.astype(np.int64)
-            self._transition = m
-        return self._transition
+    def _transition(self) -> sp.csr_matrix:
+        """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass), with int64 indices
+        (the CPU PPR kernel runs twice as fast on them; device copies take int32)."""
+        m = self._column_stochastic()
+        m.indptr, m.indices = m.indptr.astype(np.int64), m.indices.astype(np.int64)
+        return m
 
     def _column_stochastic(self) -> sp.csr_matrix:
         deg = np.asarray(self.adjacency.sum(axis=0)).ravel()
@@ -243,47 +243,101 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
     return ClueState(labels, emb, (ci, cj, cs))
 
 
-def build_graph(ds: Dataset, memory: int, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
-                config: GraphConfig = GraphConfig()) -> MemoryGraph:
-    """The graph of ``ds.memories[memory]``. ``utt_emb`` is bank-aligned; ``session_clue_emb`` is bank-session-aligned."""
-    utterances = ds.memory_utterances(memory)
-    pairs = similarity_pairs(utt_emb[utterances], config.gamma, config.max_neighbors)
-    clues = clue_state(session_clue_emb[ds.memories[memory].sessions], config)
-    return _assemble(ds, memory, utterances, pairs, clues, config)
+def build_graph(bank: MemoryBank, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
+                config: GraphConfig) -> MemoryGraph:
+    """The graph of the memory whose sessions ``bank`` holds (``utt_emb`` per utterance, ``session_clue_emb`` per
+    session, both aligned with the bank)."""
+    pairs = similarity_pairs(utt_emb, config.gamma, config.max_neighbors)
+    return assemble(bank, pairs, clue_state(session_clue_emb, config), config)
 
 
-def add_session_to_graph(g: MemoryGraph, ds: Dataset, memory: int, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
-                         config: GraphConfig = GraphConfig()) -> MemoryGraph:
-    """``g`` grown by the sessions appended to ``ds.memories[memory]`` since it was built, equal to a rebuild.
+def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
+               config: GraphConfig) -> MemoryGraph:
+    """``g`` grown by the sessions appended to ``bank`` since it was built, equal to ``build_graph`` of the bank.
 
     Only the new utterances are compared with the memory (one GEMM of new × all); an old utterance's neighbour list
     changes only where a new utterance enters its top ``max_neighbors``. Clues grow by ``grow_clue_state``.
     """
-    utterances = ds.memory_utterances(memory)
     n_old = g.n_utt
-    if not np.array_equal(utterances[:n_old], g.utterances) or g.clues is None:
-        raise ValueError("the memory changed other than by appending sessions; rebuild its graph")
-    new = np.ascontiguousarray(utt_emb[utterances[n_old:]], dtype=np.float32)
-    sims = new @ (g.rows_of(utt_emb) if n_old else new[:0]).T  # (new, old)
-    sims = np.concatenate([sims, new @ new.T], axis=1)  # (new, all)
-    new_r, all_c = np.nonzero(sims > config.gamma - 1e-4)
-    vals = exact_cosines(utt_emb, utterances[n_old + new_r], utterances[all_c])
+    new = np.ascontiguousarray(utt_emb[n_old:], dtype=np.float32)
+    new_r, all_c = np.nonzero(new @ utt_emb.T > config.gamma - 1e-4)  # (new, all)
+    vals = exact_cosines(utt_emb, n_old + new_r, all_c)
     old_rows, old_cols, old_sims = g.utt_pairs
     back = all_c < n_old  # old utterance -> new utterance candidates
     rows = np.concatenate([old_rows, n_old + new_r, all_c[back]])
     cols = np.concatenate([old_cols, all_c, n_old + new_r[back]])
     pairs = select_top(rows, cols, np.concatenate([old_sims, vals, vals[back]]), config.gamma, config.max_neighbors)
-    clues = grow_clue_state(g.clues, session_clue_emb[ds.memories[memory].sessions], config)
-    return _assemble(ds, memory, utterances, pairs, clues, config)
+    return assemble(bank, pairs, grow_clue_state(g.clues, session_clue_emb, config), config)
 
 
-def _assemble(ds: Dataset, memory: int, utterances: np.ndarray, utt_pairs, clues: ClueState,
-              config: GraphConfig) -> MemoryGraph:
-    bank = ds.bank
-    sessions = ds.memories[memory].sessions
-    off = bank.offset_array
-    counts = off[sessions + 1] - off[sessions]
-    n_u, n_c = len(utterances), len(clues.emb)
+def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_sessions: np.ndarray,
+                 utt_emb: np.ndarray, session_clue_emb: np.ndarray, config: GraphConfig) -> MemoryGraph:
+    """``g`` without the utterances and sessions whose ``keep_*`` mask is False, equal to ``build_graph`` of what is
+    left (``bank``, ``utt_emb`` and ``session_clue_emb`` already hold only that).
+
+    A kept utterance's neighbour list changes only if it lost a neighbour; those lists are searched again (one GEMM
+    of the affected × all). Clues change by ``shrink_clue_state``.
+    """
+    new_of = np.cumsum(keep_utt) - 1  # old node -> new node
+    rows, cols, sims = g.utt_pairs
+    affected = np.zeros(len(keep_utt), bool)
+    affected[rows[~keep_utt[cols]]] = True
+    affected &= keep_utt
+    stay = keep_utt[rows] & keep_utt[cols] & ~affected[rows]
+    redo = new_of[np.flatnonzero(affected)]
+    r, c = np.nonzero(np.ascontiguousarray(utt_emb[redo]) @ utt_emb.T > config.gamma - 1e-4)
+    pairs = select_top(np.concatenate([new_of[rows[stay]], redo[r]]), np.concatenate([new_of[cols[stay]], c]),
+                       np.concatenate([sims[stay], exact_cosines(utt_emb, redo[r], c)]), config.gamma,
+                       config.max_neighbors)
+    return assemble(bank, pairs, shrink_clue_state(g.clues, keep_sessions, session_clue_emb, config), config)
+
+
+def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarray, config: GraphConfig) -> ClueState:
+    """``state`` without the sessions whose ``keep`` mask is False, equal to ``clue_state(session_emb)`` (the kept
+    sessions' clue embeddings). Only the clues that lost a session are split again (the δ-components among their
+    remaining sessions); their embeddings and pairs are recomputed, the others keep theirs."""
+    labels, emb, (ci, cj, cs) = state.labels, state.emb, state.candidates
+    kept_labels = labels[keep]
+    touched = np.zeros(len(emb), bool)
+    touched[labels[~keep]] = True
+    present, first = np.unique(kept_labels, return_index=True)
+    untouched, firsts = present[~touched[present]], list(first[~touched[present]])
+    pieces = []  # the kept sessions of each clue split anew
+    for c in present[touched[present]]:
+        members = np.flatnonzero(kept_labels == c)
+        sub = merge_clues(session_emb[members], config.delta)
+        split = [members[sub == p] for p in range(int(sub.max()) + 1)]
+        pieces += split
+        firsts += [p[0] for p in split]
+    rank = np.empty(len(firsts), np.int64)
+    rank[np.argsort(np.asarray(firsts, np.int64), kind="stable")] = np.arange(len(firsts))  # numbered by first session
+    old_to_new = np.full(len(emb), -1, np.int64)
+    old_to_new[untouched] = rank[: len(untouched)]
+    new_labels = old_to_new[kept_labels]
+    new_emb = np.zeros((len(firsts), session_emb.shape[1]), np.float32)
+    new_emb[rank[: len(untouched)]] = emb[untouched]
+    fresh = np.zeros(len(firsts), bool)
+    for n, members in zip(rank[len(untouched) :], pieces):
+        new_labels[members], fresh[n] = n, True
+        new_emb[n] = _clue_means(session_emb[members], np.zeros(len(members), np.int64), 1)[0]
+    stay = (old_to_new[ci] >= 0) & (old_to_new[cj] >= 0)
+    ci, cj, cs = [old_to_new[ci[stay]]], [old_to_new[cj[stay]]], [cs[stay]]
+    for target in np.flatnonzero(fresh):
+        others = np.flatnonzero(new_emb @ new_emb[target] > config.gamma - 1e-4)
+        others = others[(others != target) & ~(fresh[others] & (others < target))]  # fresh pairs once
+        mine = np.full(len(others), target, np.int64)
+        sims = exact_cosines(new_emb, mine, others)
+        ci += [mine, others]
+        cj += [others, mine]
+        cs += [sims, sims]
+    return ClueState(new_labels, new_emb, (np.concatenate(ci), np.concatenate(cj), np.concatenate(cs)))
+
+
+def assemble(bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig) -> MemoryGraph:
+    """The CSR graph from its parts: the utterance similarity pairs (directed top-k), the clues and the bank's
+    sessions (ownership, turn adjacency, speakers)."""
+    counts = np.diff(bank.offset_array)
+    n_u, n_c = bank.n_utterances, len(clues.emb)
     utt_clue = np.repeat(clues.labels, counts)
 
     rows, cols, vals = [], [], []
@@ -304,7 +358,7 @@ def _assemble(ds: Dataset, memory: int, utterances: np.ndarray, utt_pairs, clues
         rows.append(a), cols.append(a + 1), vals.append(np.full(len(a), config.adjacency_weight, np.float32))
     n_p = 0
     if config.speakers:
-        names = np.asarray([bank.utt_speakers[i] for i in utterances], dtype=object)
+        names = np.asarray(bank.utt_speakers, dtype=object)
         idx = np.flatnonzero(names != "")
         people, who = np.unique(names[idx], return_inverse=True)
         n_p = len(people)
@@ -313,4 +367,4 @@ def _assemble(ds: Dataset, memory: int, utterances: np.ndarray, utt_pairs, clues
     n = n_u + n_c + n_p
     directed = sp.csr_matrix((v, (r, c)), shape=(n, n))  # edge types meeting on one pair add up
     adj = directed.maximum(directed.T).tocsr().astype(np.float32)
-    return MemoryGraph(utterances, utt_clue, clues.emb, adj, n_p, utt_pairs, clues)
+    return MemoryGraph(utt_clue, clues.emb, adj, n_p, utt_pairs, clues)

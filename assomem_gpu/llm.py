@@ -162,12 +162,14 @@ def session_prompt(bank: MemoryBank, session: int, max_chars: int = 4000) -> str
     return TOPIC_PROMPT.format(session="\n".join(lines)[:max_chars])
 
 
-def llm_clues(bank: MemoryBank, llm: LLM, cache: ClueCache | None = None, progress: bool = True) -> list[str]:
-    """A topic summary per session; sessions this LLM already summarised (same content) come from the cache."""
+def llm_clues(bank: MemoryBank, llm: LLM, cache: ClueCache | None = None, progress: bool = True,
+              sessions: Sequence[int] | None = None) -> list[str]:
+    """A topic summary per session (of ``sessions``, default all); sessions this LLM already summarised (same
+    content) come from the cache."""
     from tqdm.auto import tqdm
 
     cache = cache or ClueCache()
-    prompts = [session_prompt(bank, s) for s in range(bank.n_sessions)]
+    prompts = [session_prompt(bank, s) for s in (range(bank.n_sessions) if sessions is None else sessions)]
     out = [cache.get(llm.name, p) for p in prompts]
     missing = [i for i, text in enumerate(out) if text is None]
     for i in tqdm(missing, desc="LLM clues", unit="session", disable=not progress or len(missing) < 2):

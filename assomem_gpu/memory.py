@@ -90,6 +90,16 @@ class MemoryBank:
         self.offsets.append(len(self.utt_ids))
         return row
 
+    def select(self, sessions: Sequence[int]) -> "MemoryBank":
+        """A new bank holding only these session rows, in this order."""
+        rows = self.session_utterances(sessions).tolist()
+        counts = np.diff(self.offset_array)[np.asarray(sessions, np.int64)]
+        out = MemoryBank([self.session_ids[s] for s in sessions], [self.session_dates[s] for s in sessions],
+                         [0, *np.cumsum(counts).tolist()], [self.utt_ids[i] for i in rows],
+                         [self.utt_speakers[i] for i in rows], [self.utt_texts[i] for i in rows])
+        out._by_id = {sid: i for i, sid in enumerate(out.session_ids)}
+        return out
+
     def utt_session(self) -> np.ndarray:
         """Session row of every utterance (int64)."""
         off = self.offset_array

@@ -14,24 +14,27 @@ import scipy.sparse as sp
 from .assomem import AssoMem
 from .fusion import FusionModel
 from .retrieve import EmbeddedDataset
+from .scoring import temporal
 from .signals.lexical import BM25Index
 
 
 def reference_graph(data: EmbeddedDataset, memory: int, session_clue_emb: np.ndarray, method: AssoMem) -> tuple:
-    """(networkx graph, utterance rows, clue of each utterance, clue embeddings) for one memory."""
+    """(networkx graph, utterance rows, clue of each utterance, clue embeddings) for one memory;
+    ``session_clue_emb`` holds its sessions' clue embeddings, in the memory's order."""
     ds, cfg = data.dataset, method.config.graph
     sessions = list(ds.memories[memory].sessions)
+    session_clue_emb = dict(zip(sessions, session_clue_emb))
     # merge clues: sessions linked when cosine > δ among each one's nearest neighbours; components are clues
     merge = nx.Graph()
     merge.add_nodes_from(range(len(sessions)))
     for i in range(len(sessions)):
-        row = _cosines(session_clue_emb[sessions], i)
+        row = _cosines(np.stack([session_clue_emb[s] for s in sessions]), i)
         for j in range(len(sessions)):
             if i != j and row[j] > cfg.delta:
                 merge.add_edge(i, j)
     components = sorted((sorted(c) for c in nx.connected_components(merge)), key=lambda c: c[0])
     clue_of_session = {sessions[s]: c for c, members in enumerate(components) for s in members}
-    clue_emb = np.stack([_normalise(session_clue_emb[[sessions[s] for s in members]].sum(axis=0))
+    clue_emb = np.stack([_normalise(np.sum([session_clue_emb[sessions[s]] for s in members], axis=0))
                          for members in components])
     utterances, utt_clue, turn_pairs = [], [], []
     for s in sessions:
@@ -114,8 +117,9 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
     ds, cfg = data.dataset, method.config
     q = ds.questions[question]
     graphs = {} if graphs is None else graphs
+    index = method.index(data, q.memory)
     if q.memory not in graphs:
-        graphs[q.memory] = reference_graph(data, q.memory, method._clue_emb(data), method)
+        graphs[q.memory] = reference_graph(data, q.memory, index._state.clue_emb.view, method)
     g, utterances, utt_clue, clue_emb, n_c = graphs[q.memory]
     q_emb = data.questions[question]
     rel = data.utterances[utterances] @ q_emb
@@ -149,7 +153,7 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                 graphs[("bm25", q.memory)] = BM25Index([texts[i] for i in utterances])
             col = graphs[("bm25", q.memory)].scores([q.text])[0][local]
         else:
-            col = method._temporal(ds, question, _Utterances(utterances), local, ds.utterance_times(q.memory))
+            col = temporal(index._state, q.text, q.date, local)  # local rows are the index's rows
         col = np.asarray(col, dtype=np.float64)
         z = (col - col.mean()) / col.std() if col.std() > 1e-12 else np.zeros_like(col)
         columns.append(z)
@@ -166,9 +170,3 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
         ranked += [int(utterances[i]) for i in sorted(rest, key=lambda i: (-rel[i], i))]
     return ranked[:k]
 
-
-class _Utterances:
-    """The one attribute of a MemoryGraph the temporal signal reads."""
-
-    def __init__(self, utterances: np.ndarray):
-        self.utterances = utterances

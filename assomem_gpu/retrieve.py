@@ -5,7 +5,7 @@ A method's ``rank(data, questions, depth)`` returns, per question, the bank utte
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
@@ -21,26 +21,10 @@ class EmbeddedDataset:
     dataset: Dataset
     utterances: np.ndarray  # (n_utterances, dim) float32, rows aligned with the bank
     questions: np.ndarray  # (n_questions, dim) float32
-    derived: dict = field(default_factory=dict, repr=False)  # arrays methods derive once per dataset (clue embeddings)
-    # [buffer, rows filled]: ``utterances`` views its first rows while it grows; the list is shared by copies of this
-    # object, so a copy that fell behind sees the count move and takes a buffer of its own
-    _room: list | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, ds: Dataset, encoder: Encoder) -> "EmbeddedDataset":
         return cls(ds, encoder.encode(ds.bank.encoded_texts()), encoder.encode([q.text for q in ds.questions]))
-
-    def append_utterances(self, emb: np.ndarray) -> None:
-        """Append rows to ``utterances`` in amortised O(rows): they live in a buffer with room to grow (doubling)."""
-        n, k = len(self.utterances), len(emb)
-        room = self._room
-        if room is None or self.utterances.base is not room[0] or room[1] != n or len(room[0]) < n + k:
-            buffer = np.empty((max(2 * n, n + k, 1024), self.utterances.shape[1]), np.float32)
-            buffer[:n] = self.utterances
-            room = self._room = [buffer, n]
-        room[0][n : n + k] = emb
-        room[1] = n + k
-        self.utterances = room[0][: n + k]
 
 
 class Method(Protocol):

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from assomem_gpu.assomem import AssoMem, AssoMemConfig
+from assomem_gpu.assomem import AssoMem
+from assomem_gpu.config import AssoMemConfig
 from assomem_gpu.calibrate import compute_features, folds_of
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import make_encoder

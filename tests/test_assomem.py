@@ -3,7 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from assomem_gpu.assomem import AssoMem, AssoMemConfig, make_assomem
+from assomem_gpu.assomem import AssoMem, make_assomem
+from assomem_gpu.config import AssoMemConfig
 from assomem_gpu.calibrate import cross_validated_rankings, folds_of, main as calibrate_main
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder, TransformersEncoder
@@ -68,8 +69,8 @@ def test_two_step_candidates_are_utterances_of_top_clues(tmp_path):
     data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), HashingEncoder())
     method = AssoMem(AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid"), encoder=None)
     (f,) = method.features(data, [0])
-    g = method.graph(data, 0)
-    local = np.flatnonzero(np.isin(g.utterances, f.candidates))
+    g = method.index(data, 0)._state.graph
+    local = np.flatnonzero(np.isin(data.dataset.memory_utterances(0), f.candidates))
     assert len(set(g.utt_clue[local])) == 1 and len(f.candidates) < g.n_utt
     (all_of_it,) = AssoMem(AssoMemConfig(clues=False, clue_mode="centroid")).features(data, [0])
     assert len(all_of_it.candidates) == g.n_utt and len(all_of_it.rest) == 0
@@ -151,63 +152,3 @@ def test_bad_assomem_options_are_clear_errors(tmp_path, capsys):
     assert eval_main(["--dataset", f"longmemeval:{synthetic_lme(tmp_path)}", "--method", "assomem", "--encoder",
                       "hashing", "--damping", "1.5"]) == 2
     assert "--damping" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("clues", [True, False])
-def test_add_session_equals_rebuild(tmp_path, clues):
-    enc = HashingEncoder()
-    path = synthetic_lme(tmp_path)
-    fusion = fixed_weights(("relevance", "importance", "temporal", "lexical"))
-    config = AssoMemConfig(clue_mode="centroid", clues=clues, top_clues=2, min_candidates=2)
-    grown = EmbeddedDataset.build(load_dataset(f"longmemeval:{path}"), enc)
-    method = AssoMem(config, fusion, enc)
-    method.rank(grown, [0, 1], 50)  # graphs of memories 0 and 1 built
-    turns = [("new:0", "user", "I have been cooking pasta with my sister every Friday."),
-             ("new:1", "assistant", "Cooking pasta together sounds lovely.")]
-    date = grown.dataset.memories[0].dates.max() + 86_400
-    method.add_session(grown, 0, "new", date, turns, enc.encode([f"{s}: {t}" for _, s, t in turns]))
-    # the same memory built from scratch with the session in it
-    fresh = EmbeddedDataset.build(load_dataset(f"longmemeval:{path}"), enc)
-    fresh.dataset.bank.add_session("new", date, turns)
-    fresh.utterances = enc.encode(fresh.dataset.bank.encoded_texts())
-    from assomem_gpu.memory import Memory
-
-    m = fresh.dataset.memories[0]
-    fresh.dataset.memories[0] = Memory(np.append(m.sessions, fresh.dataset.bank.n_sessions - 1), np.append(m.dates, date))
-    rebuilt = AssoMem(config, fusion, enc)
-    assert np.array_equal(method.graph(grown, 0).adjacency.toarray(), rebuilt.graph(fresh, 0).adjacency.toarray())
-    for a, b in zip(method.rank(grown, [0, 1], 50), rebuilt.rank(fresh, [0, 1], 50)):
-        assert [grown.dataset.bank.utt_ids[i] for i in a] == [fresh.dataset.bank.utt_ids[i] for i in b]
-    assert "new:0" in [grown.dataset.bank.utt_ids[i] for i in method.rank(grown, [0], 5)[0]]
-
-
-def test_add_session_rejects_bad_input_without_changes(tmp_path):
-    enc = HashingEncoder()
-    data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), enc)
-    method = AssoMem(AssoMemConfig(clue_mode="centroid"), fixed_weights(("relevance",)), enc)
-    n_sessions, n_utt = data.dataset.bank.n_sessions, len(data.utterances)
-    turn = [("x:0", "user", "hello")]
-    for args, message in [((0, "answer_0", 0.0, turn, enc.encode(["hello"])), "already exists"),
-                          ((0, "x", 0.0, turn, np.zeros((2, enc.dim))), "embeddings must be"),
-                          ((0, "x", 0.0, turn, np.full((1, enc.dim), np.nan)), "embeddings must be"),
-                          ((99, "x", 0.0, turn, enc.encode(["hello"])), "no memory 99"),
-                          ((0, "x", 0.0, [], np.zeros((0, enc.dim))), "non-empty list"),
-                          ((0, "x", 0.0, [("x:0", "hello")], enc.encode(["hello"])), "non-empty list")]:
-        with pytest.raises(ValueError, match=message):
-            method.add_session(data, *args)
-    with pytest.raises(ValueError, match="per-session clue mode"):
-        AssoMem(AssoMemConfig(), fixed_weights(("relevance",)), enc).add_session(data, 0, "x", 0.0, turn,
-                                                                                 enc.encode(["hello"]))
-    assert data.dataset.bank.n_sessions == n_sessions and len(data.utterances) == n_utt
-
-
-def test_appended_embeddings_never_overwrite_a_copy():
-    import copy
-
-    base = EmbeddedDataset(None, np.zeros((3, 2), np.float32), np.zeros((0, 2), np.float32))
-    base.append_utterances(np.ones((1, 2), np.float32))
-    twin = copy.copy(base)  # shares the growth buffer
-    base.append_utterances(np.full((1, 2), 2.0, np.float32))
-    twin.append_utterances(np.full((2, 2), 3.0, np.float32))
-    assert base.utterances[:, 0].tolist() == [0, 0, 0, 1, 2]
-    assert twin.utterances[:, 0].tolist() == [0, 0, 0, 1, 3, 3]

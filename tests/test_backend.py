@@ -43,7 +43,8 @@ def test_graph_api_ppr_ranks_like_the_batched_one():
 
     import scipy.sparse as sp
 
-    from assomem_gpu.assomem import AssoMem, AssoMemConfig
+    from assomem_gpu.assomem import AssoMem
+    from assomem_gpu.config import AssoMemConfig
     from assomem_gpu.bench import synthetic_memory
     from assomem_gpu.fusion import fixed_weights
     from assomem_gpu.signals.importance import personalized_pagerank
@@ -61,10 +62,10 @@ def test_graph_api_ppr_ranks_like_the_batched_one():
     data = synthetic_memory(30, 12, dim=32)
     config = AssoMemConfig(clue_mode="centroid")
     fusion = fixed_weights(config.signals)
-    batched = AssoMem(config, fusion, backend=get_backend("cpu"))
+    batched = AssoMem(config, fusion, device=get_backend("cpu"))
     nx_backend = dataclasses.replace(get_backend("cpu"), ppr=functools.partial(personalized_pagerank_graph,
                                                                              backend="networkx"))
-    one_by_one = AssoMem(config, fusion, backend=nx_backend)
+    one_by_one = AssoMem(config, fusion, device=nx_backend)
     questions = list(range(len(data.dataset.questions)))
     for x, y in zip(batched.rank(data, questions, 10), one_by_one.rank(data, questions, 10)):
         assert x.tolist() == y.tolist()

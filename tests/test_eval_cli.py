@@ -91,3 +91,57 @@ def test_assomem_on_locomo_and_too_few_questions_for_folds(tmp_path, locomo_file
     assert "needs at least 5 questions" in capsys.readouterr().err
     assert main(["--dataset", f"locomo:{locomo_file}", "--method", "assomem", "--encoder", "hashing", "--quiet",
                  "--limit", "2", "--fixed-weights"]) == 0
+
+
+def write_lines(path, lines):
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def test_memories_without_indexable_text_and_questions_without_evidence(tmp_path):
+    stop = write_lines(tmp_path / "stop.jsonl", [
+        {"type": "session", "id": "a", "utterances": [{"text": "the and of"}, {"text": "it is"}]},
+        {"type": "session", "id": "b", "utterances": []},
+        {"type": "question", "id": "q1", "text": "what is it?", "evidence": ["a:0"]},
+        {"type": "question", "id": "q2", "text": "and the?"}])
+    for method in ("bm25", "assomem"):
+        report, lines = run(tmp_path, f"jsonl:{stop}", "--method", method, "--folds", "2")
+        assert [x["question_id"] for x in lines] == ["q1", "q2"]
+        assert report["results"][method]["metrics"]["all"]["n"] == 1
+    unlabelled = write_lines(tmp_path / "noev.jsonl", [
+        {"type": "session", "id": "a", "utterances": [{"text": "I like green tea"}, {"text": "my car is red"}]},
+        {"type": "question", "id": "q1", "text": "what tea?"}, {"type": "question", "id": "q2", "text": "what car?"}])
+    _, lines = run(tmp_path, f"jsonl:{unlabelled}", "--method", "assomem", "--folds", "2")  # the shipped weights rank
+    assert [len(x["ranked"]) for x in lines] == [2, 2]
+
+
+def test_outputs_are_checked_before_the_work_and_reported(tmp_path, jsonl_file, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for flag in ("--output", "--rankings"):
+        assert main(["--dataset", f"jsonl:{jsonl_file}", "--encoder", "hashing", "--quiet", flag,
+                     str(blocker / "x.json")]) == 2
+        assert "cannot create its folder" in capsys.readouterr().err
+    assert main(["--dataset", f"jsonl:{jsonl_file}", "--encoder", "hashing", "--quiet", "--output",
+                 str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    run(tmp_path, f"jsonl:{jsonl_file}")
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'ranks.jsonl'}" in out and f"wrote {tmp_path / 'out.json'}" in out
+
+
+def test_empty_and_non_utf8_files_are_clear_errors(tmp_path, capsys):
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(["--dataset", f"jsonl:{tmp_path / 'empty.jsonl'}", "--encoder", "hashing", "--quiet"]) == 2
+    assert "no questions" in capsys.readouterr().err
+    (tmp_path / "latin.jsonl").write_bytes(b'{"type": "session", "id": "a", "utterances": []}\n'
+                                           b'{"type": "session", "id": "b", "utterances": [{"text": "caf\xe9"}]}\n')
+    assert main(["--dataset", f"jsonl:{tmp_path / 'latin.jsonl'}", "--encoder", "hashing", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "latin.jsonl" in err and "line 2" in err and "UTF-8" in err
+
+
+def test_help_shows_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "(default: 100)" in capsys.readouterr().out

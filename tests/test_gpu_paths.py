@@ -35,7 +35,8 @@ def test_ppr_on_cuda_matches_cpu(use_compiled, monkeypatch):
 
 
 def test_assomem_ranks_the_same_on_cuda_and_cpu():
-    from assomem_gpu.assomem import AssoMem, AssoMemConfig
+    from assomem_gpu.assomem import AssoMem
+    from assomem_gpu.config import AssoMemConfig
     from assomem_gpu.bench import synthetic_memory
     from assomem_gpu.fusion import fixed_weights
 
@@ -43,7 +44,7 @@ def test_assomem_ranks_the_same_on_cuda_and_cpu():
     config = AssoMemConfig(clue_mode="centroid")
     fusion = fixed_weights(config.signals)
     questions = list(range(300))
-    cpu = AssoMem(config, fusion, backend=get_backend("cpu")).rank(data, questions, 10)
-    cuda = AssoMem(config, fusion, backend=get_backend("cuda")).rank(data, questions, 10)
+    cpu = AssoMem(config, fusion, device=get_backend("cpu")).rank(data, questions, 10)
+    cuda = AssoMem(config, fusion, device=get_backend("cuda")).rank(data, questions, 10)
     same = sum(a.tolist() == b.tolist() for a, b in zip(cpu, cuda))
     assert same >= 0.99 * len(questions)  # float32 sums in another order may swap a near-tie

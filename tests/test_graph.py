@@ -3,8 +3,9 @@ import pytest
 
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder
-from assomem_gpu.graph import GraphConfig, build_graph, clue_state, grow_clue_state, merge_clues, similarity_pairs
-from assomem_gpu.clues import centroid_embeddings, keyword_clues
+from assomem_gpu.clues import centroid_embeddings, keyword_clue
+from assomem_gpu.graph import (GraphConfig, build_graph, clue_state, grow_clue_state, merge_clues, shrink_clue_state,
+                               similarity_pairs)
 from assomem_gpu.retrieve import EmbeddedDataset
 
 
@@ -35,35 +36,41 @@ def data(lme_file):
     return EmbeddedDataset.build(load_dataset(f"longmemeval:{lme_file}"), HashingEncoder())
 
 
-def test_graph_edges_and_csr(data):
+def memory_graph(data, memory, config=GraphConfig()):
+    """The graph of one memory of a dataset, its sessions' clues their centroids."""
     ds = data.dataset
-    clue_emb = centroid_embeddings(ds.bank, data.utterances)
-    g = build_graph(ds, 0, data.utterances, clue_emb, GraphConfig(delta=0.99, gamma=0.99, adjacency_weight=0.5))
+    bank = ds.bank.select(ds.memories[memory].sessions)
+    emb = data.utterances[ds.memory_utterances(memory)]
+    return build_graph(bank, emb, centroid_embeddings(bank.offset_array, emb), config)
+
+
+def test_graph_edges_and_csr(data):
+    g = memory_graph(data, 0, GraphConfig(delta=0.99, gamma=0.99, adjacency_weight=0.5))
     assert g.n_utt == 6 and g.n_clues == 3 and g.n_nodes == 9
     adj = g.adjacency.toarray()
     assert np.allclose(adj, adj.T)
     for i in range(g.n_utt):  # ownership: each utterance to its session's clue, weight 1
         assert adj[i, g.n_utt + g.utt_clue[i]] == 1.0
     assert adj[0, 1] == 0.5 and adj[1, 2] == 0  # consecutive turns of one session only
-    m = g.transition().toarray()
+    m = g.transition.toarray()
     assert np.allclose(m.sum(axis=0), 1)
 
 
 def test_speaker_nodes(locomo_file):
-    ds = load_dataset(f"locomo:{locomo_file}")
-    data = EmbeddedDataset.build(ds, HashingEncoder())
-    g = build_graph(ds, 0, data.utterances, centroid_embeddings(ds.bank, data.utterances), GraphConfig(speakers=True))
+    data = EmbeddedDataset.build(load_dataset(f"locomo:{locomo_file}"), HashingEncoder())
+    g = memory_graph(data, 0, GraphConfig(speakers=True))
     assert g.n_speakers == 2  # Caroline and Melanie
     adj = g.adjacency.toarray()
     first_speaker = g.n_utt + g.n_clues
     assert adj[0, first_speaker] == 1 and adj[1, first_speaker + 1] == 1  # utterance 0 by Caroline, 1 by Melanie
 
 
-def test_keyword_clues_name_the_session(lme_file):
-    ds = load_dataset(f"longmemeval:{lme_file}")
-    clues = keyword_clues(ds.bank)
-    assert "commute" in clues[ds.bank.session_index("answer_s1")]
-    assert "banana" in clues[ds.bank.session_index("noise_a")]
+def test_keyword_clues_name_the_session():
+    clue = keyword_clue(["My daily commute to work takes 45 minutes each way.", "That is a long commute; podcasts "
+                         "can help."])
+    assert clue.split(", ")[0] == "commute" and "podcasts" in clue and "the" not in clue.split(", ")
+    assert "banana" in keyword_clue(["Give me a recipe for banana bread.", "Mix flour, bananas, sugar and eggs."])
+    assert keyword_clue(["the and of", "it is"]) == ""  # stop words only: no clue text (the centroid stands in)
 
 
 def test_gemm_range_search_equals_faiss(monkeypatch):
@@ -98,9 +105,8 @@ def test_memory_ending_with_an_empty_session(tmp_path):
              {"type": "session", "id": "b", "utterances": []}]
     path = tmp_path / "e.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines))
-    ds = load_dataset(f"jsonl:{path}")
-    data = EmbeddedDataset.build(ds, HashingEncoder())
-    g = build_graph(ds, 0, data.utterances, centroid_embeddings(ds.bank, data.utterances))
+    data = EmbeddedDataset.build(load_dataset(f"jsonl:{path}"), HashingEncoder())
+    g = memory_graph(data, 0)
     assert g.n_utt == 3 and g.adjacency[0, 1] == 1.0 and g.adjacency[1, 2] == 1.0
 
 
@@ -125,3 +131,26 @@ def test_growing_clues_session_by_session_equals_building_them():
         key = lambda c: sorted(zip(c[0].tolist(), c[1].tolist(), c[2].tolist()))  # noqa: E731
         assert key(state.candidates) == key(built.candidates)  # the same cosines to the bit
     assert merged_any  # a bridge session did join two clues into one
+
+
+def test_shrinking_clues_equals_building_them():
+    rng = np.random.default_rng(12)
+    centres = unit(rng.normal(size=(4, 12)))
+    sessions = [centres[i % 4] + 0.1 * rng.normal(size=12) for i in range(24)]
+    sessions[9] = centres[0] + centres[1]  # bridges: removing one splits a clue in two
+    sessions[17] = centres[2] + centres[3]
+    emb = unit(np.stack(sessions)).astype(np.float32)
+    config = GraphConfig(delta=0.6, gamma=0.5, max_neighbors=3)
+    key = lambda c: sorted(zip(c[0].tolist(), c[1].tolist(), c[2].tolist()))  # noqa: E731
+    split_any = False
+    for drop in ([9], [17, 3], [0], [9, 17], list(range(1, 24, 2)), [23]):
+        keep = np.ones(len(emb), bool)
+        keep[drop] = False
+        full = clue_state(emb, config)
+        state = shrink_clue_state(full, keep, emb[keep], config)
+        built = clue_state(emb[keep], config)
+        split_any |= len(state.emb) > len(np.unique(full.labels[keep]))
+        assert np.array_equal(state.labels, built.labels)
+        assert np.array_equal(state.emb, built.emb)
+        assert key(state.candidates) == key(built.candidates)
+    assert split_any  # removing a bridge did split its clue

@@ -89,7 +89,7 @@ def test_llm_clue_mode_feeds_the_graph(tmp_path, monkeypatch, smollm2, two_sessi
     enc = HashingEncoder()
     data = EmbeddedDataset.build(two_sessions, enc)
     method = AssoMem(AssoMemConfig(clue_mode="llm"), encoder=enc)
-    emb = method._clue_emb(data)
+    emb = method.index(data, 0)._state.clue_emb.view
     assert emb.shape == (2, enc.dim) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
 
 

@@ -4,7 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from assomem_gpu.assomem import SIGNALS, AssoMem, AssoMemConfig
+from assomem_gpu.assomem import AssoMem
+from assomem_gpu.config import SIGNALS, AssoMemConfig
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder
 from assomem_gpu.fusion import FusionModel

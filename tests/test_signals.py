@@ -6,7 +6,8 @@ import pytest
 import scipy.sparse as sp
 
 from assomem_gpu.kernels.ppr_cpu import BLOCK, personalized_pagerank_cpu
-from assomem_gpu.signals.importance import personalized_pagerank, stack_block_diagonal, teleport
+from assomem_gpu.scoring import teleport
+from assomem_gpu.signals.importance import personalized_pagerank
 
 PPRS = [personalized_pagerank, personalized_pagerank_cpu]  # the library path (CUDA backend's) and the CPU twin
 from assomem_gpu.signals.temporal import DAY, TimeConstraint, parse_constraint, temporal_scores
@@ -58,20 +59,6 @@ def test_ppr_stops_at_the_iteration_cap():
     t[0] = 1.0
     for ppr in PPRS:
         assert ppr(sp.csr_matrix(m), t / t.sum(axis=0), 0.85, 0.0, 7)[1] == 7
-
-
-def test_batched_block_diagonal_equals_one_at_a_time():
-    graphs = [random_graph(n, s)[1] for n, s in ((7, 1), (10, 2), (5, 3))]
-    rng = np.random.default_rng(4)
-    teles = []
-    for m, b in zip(graphs, (2, 1, 3)):
-        t = rng.random((len(m), b)).astype(np.float32)
-        teles.append(t / t.sum(axis=0))
-    stacked, tele, starts = stack_block_diagonal([sp.csr_matrix(m) for m in graphs], teles)
-    r, _ = personalized_pagerank(stacked, tele, 0.85, 1e-7, 300)
-    for g, m in enumerate(graphs):
-        alone, _ = personalized_pagerank(sp.csr_matrix(m), teles[g], 0.85, 1e-7, 300)
-        assert np.allclose(r[starts[g] : starts[g] + len(m), : teles[g].shape[1]], alone, atol=1e-6)
 
 
 def test_teleport_clips_negatives_and_skips_clues():

@@ -96,8 +96,12 @@ def _records(path: str) -> list[tuple[str, dict]]:
     if not p.is_file():
         raise DataFormatError(path, "no such file")
     out = []
-    with open(p, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
+    with open(p, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataFormatError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})", f"line {n}") from None
             if not line.strip():
                 continue
             try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -11,17 +12,18 @@ from ..assomem import HYBRID_BASELINES, make_assomem
 from ..cli_options import add_assomem_options, config_from_options
 from ..data import load_dataset
 from ..encode import DEFAULT_MODEL, make_encoder
-from ..fusion import fixed_weights, load_weights
+from ..fusion import fixed_weights, load_weights, restrict
 from ..retrieve import METHODS, EmbeddedDataset, make_method
-
-ALL_METHODS = [*METHODS, *HYBRID_BASELINES, "assomem"]
 from .metrics import DEFAULT_KS
 from .report import print_report
 from .runner import evaluate, write_rankings
 
+ALL_METHODS = [*METHODS, *HYBRID_BASELINES, "assomem"]
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m assomem_gpu.eval", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m assomem_gpu.eval", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dataset", required=True, help="<format>:<path>, format one of longmemeval, locomo, meetingqa, jsonl")
     p.add_argument("--method", default="flat-dense", help=f"one or more of {', '.join(ALL_METHODS)}, comma-separated")
     p.add_argument("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="cut-offs for the metrics")
@@ -36,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=64, help="questions per retrieval batch")
     p.add_argument("--plot", help="write R@k curves and R@10 per question type here (PNG)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the engine runs")
     add_assomem_options(p)
     args = p.parse_args(argv)
     args.methods = [m.strip() for m in args.method.split(",") if m.strip()]
@@ -59,10 +62,11 @@ def build_methods(args: argparse.Namespace, encoder) -> list:
         base = AssoMemConfig.from_json(saved)
     config = config_from_options(args, base)
     if fusion is not None and list(config.signals) != fusion.signals:
-        fusion = _restrict(fusion, config.signals)
+        fusion = restrict(fusion, config.signals)
     if args.fixed_weights:
         fusion = fixed_weights(config.signals)
-    return [make_method(m) if m in METHODS else make_assomem(m, config, encoder, fusion) for m in args.methods]
+    return [make_method(m) if m in METHODS else make_assomem(m, config, encoder, fusion, args.device)
+            for m in args.methods]
 
 
 def rankings_path(path: str, method: str, n_methods: int) -> Path:
@@ -71,19 +75,16 @@ def rankings_path(path: str, method: str, n_methods: int) -> Path:
     return p if n_methods == 1 else p.with_name(f"{p.stem}.{method}{p.suffix or '.jsonl'}")
 
 
-def _restrict(fusion, signals):
-    """A saved fusion model limited to the signals an ablation keeps."""
-    keep = [fusion.signals.index(s) for s in signals]
-    from dataclasses import replace
-
-    return replace(fusion, signals=list(signals), cmi=fusion.cmi[:, keep])
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
     try:
+        outputs = [rankings_path(args.rankings, m, len(args.methods)) for m in args.methods] if args.rankings else []
+        for path in outputs + ([Path(args.output)] if args.output else []):
+            check_writable(path)
         ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+        if not ds.questions:
+            raise ValueError(f"{args.dataset}: the dataset holds no questions")
         encoder = make_encoder(args.encoder)
         methods = build_methods(args, encoder)
         if any(getattr(m, "needs_calibration", False) for m in methods) and len(ds.questions) < args.folds:
@@ -99,15 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     encode_s = time.perf_counter() - t1
     results = [evaluate(data, m, args.k, depth=args.depth, batch_size=args.batch_size, progress=not args.quiet,
                         folds=args.folds, seed=args.seed) for m in methods]
+    written = []
     if args.rankings:
         for r in results:
-            write_rankings(rankings_path(args.rankings, r.method, len(results)), data, r.rankings)
+            written.append(rankings_path(args.rankings, r.method, len(results)))
+            write_rankings(written[-1], data, r.rankings)
     report = {
         "dataset": args.dataset, "n_questions": len(ds.questions),
         "n_evaluated": sum(len(q.evidence) > 0 for q in ds.questions),
         "sessions": ds.bank.n_sessions, "utterances": ds.bank.n_utterances,
         "haystack_sessions": args.haystack_sessions, "limit": args.limit, "seed": args.seed, "ks": args.k,
-        "encoder": encoder.name, "encoded_texts": encoder.encoded,
+        "encoder": encoder.name, "encoded_texts": encoder.encoded, "device": args.device,
         "timing": {"load_s": round(load_s, 3), "encode_s": round(encode_s, 3),
                    "total_s": round(time.perf_counter() - t0, 3)},
         "results": {r.method: r.to_json() for r in results},
@@ -121,7 +124,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+        written.append(Path(args.output))
+    for path in written:
+        print(f"wrote {path}")
     return 0
+
+
+def check_writable(path: Path) -> None:
+    """Fail before any work when an output file cannot be written (its folder is made if missing)."""
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot create its folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{path}: not writable")
 
 
 if __name__ == "__main__":

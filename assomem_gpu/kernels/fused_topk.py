@@ -17,6 +17,8 @@ import math
 import numpy as np
 from numba import cuda, float64, int64, njit, prange
 
+from .parallel import call_parallel
+
 MAX_SIGNALS = 8
 MAX_K = 64
 THREADS = 64  # threads per block; shared memory holds THREADS * MAX_K (score, index) pairs = 32 KiB
@@ -114,8 +116,11 @@ def fused_topk_cpu(scores, counts, weights, temperature: float, k: int) -> tuple
     _check(scores, counts, weights, temperature, k)
     out_idx = np.empty((len(scores), k), np.int64)
     out_score = np.empty((len(scores), k), np.float64)
-    run = _fused_topk_parallel if len(scores) >= PARALLEL_FROM else _fused_topk_serial
-    run(scores, counts, weights, 1.0 / temperature, k, out_idx, out_score)
+    args = (scores, counts, weights, 1.0 / temperature, k, out_idx, out_score)
+    if len(scores) >= PARALLEL_FROM:
+        call_parallel(_fused_topk_parallel, *args)
+    else:
+        _fused_topk_serial(*args)
     return out_idx, out_score
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .parallel import call_parallel
+
 BLOCK = 32  # columns per block: 3 arrays × 25k nodes × 32 × 4 B ≈ 10 MB per core for a 2,500-session memory
 
 
@@ -92,8 +94,8 @@ def _ppr_serial(indptr, indices, values, teleports, one_minus_d, tol, max_iter, 
     return its
 
 
-def personalized_pagerank_cpu(transition, teleports: np.ndarray, damping: float = 0.85, tol: float = 1e-6,
-                              max_iter: int = 100) -> tuple[np.ndarray, int]:
+def personalized_pagerank_cpu(transition, teleports: np.ndarray, damping: float, tol: float,
+                              max_iter: int) -> tuple[np.ndarray, int]:
     """The CPU backend's PPR: ``signals.importance.personalized_pagerank``'s signature and results.
 
     ``transition`` column-stochastic scipy CSR (N, N), ``teleports`` (N, B) -> (scores (N, B) C-ordered, iterations).
@@ -103,7 +105,8 @@ def personalized_pagerank_cpu(transition, teleports: np.ndarray, damping: float 
     if t.size == 0:
         return out, 0
     m = transition.tocsr()
-    run = _ppr_parallel if t.shape[1] > BLOCK else _ppr_serial
-    its = run(m.indptr.astype(np.int64, copy=False), m.indices.astype(np.int64, copy=False), (m.data * np.float32(damping)).astype(np.float32), t,
-                      np.float32(1.0 - damping), np.float32(tol), max_iter, BLOCK, out)
+    args = (m.indptr.astype(np.int64, copy=False), m.indices.astype(np.int64, copy=False),
+            (m.data * np.float32(damping)).astype(np.float32), t, np.float32(1.0 - damping), np.float32(tol), max_iter,
+            BLOCK, out)
+    its = call_parallel(_ppr_parallel, *args) if t.shape[1] > BLOCK else _ppr_serial(*args)
     return out, int(its)

@@ -1,30 +1,11 @@
-"""Importance: query-personalised PageRank (paper eq. 2), for a batch of questions in one product per iteration."""
+"""Importance: query-personalised PageRank (paper eq. 2), for a batch of questions in one product per iteration
+(the library path: numpy/scipy or CuPy/cuSPARSE, and the CUDA C++ step; the teleports come from ``scoring.teleport``)."""
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
-import scipy.sparse as sp
 
 
-def teleport(cosines: np.ndarray, n_nodes: int) -> np.ndarray:
-    """Eq. 2's t for a batch: the clipped query–utterance cosines on the utterance nodes (the first rows), 0 on the
-    others, each column summing to 1.
-
-    ``cosines`` (B, n_utt) -> (n_nodes, B), F-ordered (made row by row from the cosines, without a transpose).
-    A question similar to nothing teleports uniformly over the utterances.
-    """
-    b, n_utt = cosines.shape
-    t = np.zeros((b, n_nodes), np.float32)
-    np.maximum(cosines, 0.0, out=t[:, :n_utt])
-    mass = t.sum(axis=1)
-    t[mass == 0, :n_utt] = 1.0 / max(n_utt, 1)
-    t /= np.maximum(t.sum(axis=1, keepdims=True), 1e-30)
-    return t.T
-
-
-def personalized_pagerank(transition, teleports, damping: float = 0.85, tol: float = 1e-6, max_iter: int = 100,
-                          xp=np) -> tuple[np.ndarray, int]:
+def personalized_pagerank(transition, teleports, damping: float, tol: float, max_iter: int, xp=np) -> tuple[np.ndarray, int]:
     """Power iteration r ← d·M·r + (1−d)·t from r⁰ = t for every column of ``teleports`` at once: the CUDA
     backend's PPR (it runs on numpy too; the CPU backend's twin is ``kernels.ppr_cpu``, same signature and results).
 
@@ -62,17 +43,3 @@ def _fused_step(xp, matrix):
 
     lib = cuda_lib.load()
     return None if lib is None else (lambda *args: cuda_lib.ppr_step(lib, *args))
-
-
-def stack_block_diagonal(transitions: Sequence[sp.spmatrix], teleports: Sequence[np.ndarray]) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    """Different graphs as one block-diagonal system: graph g's teleport columns fill the first columns of its rows.
-
-    Returns the stacked matrix, the stacked teleports (sum N_g, max B_g) and each graph's first row.
-    """
-    sizes = np.array([m.shape[0] for m in transitions])
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    width = max((t.shape[1] for t in teleports), default=0)
-    stacked = np.zeros((int(starts[-1]), width), np.float32)
-    for g, t in enumerate(teleports):
-        stacked[starts[g] : starts[g + 1], : t.shape[1]] = t
-    return sp.block_diag(transitions, format="csr", dtype=np.float32), stacked, starts[:-1]

@@ -18,7 +18,7 @@ def cugraph_available() -> str | None:
     return None
 
 
-def personalized_pagerank_graph(transition, teleports, damping: float = 0.85, tol: float = 1e-6, max_iter: int = 100,
+def personalized_pagerank_graph(transition, teleports, damping: float, tol: float, max_iter: int,
                                 backend: str = "cugraph") -> tuple[np.ndarray, int]:
     """Eq. 2 per column of ``teleports`` (N, B) with ``nx.pagerank(..., backend=backend)``; ``transition`` is the
     column-stochastic CSR M (scipy, or cupyx on the CUDA backend: networkx takes host copies, and the scores go back

@@ -1,0 +1,72 @@
+"""The retrieval config: every default of the method in one place, checked when a config is made."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from .graph import GraphConfig
+
+SIGNALS = ("relevance", "importance", "temporal", "lexical")
+CLUE_MODES = ("keywords", "centroid", "llm")
+
+
+@dataclass(frozen=True)
+class AssoMemConfig:
+    """How a memory is indexed and searched. Invalid values raise ``ValueError`` naming the field and its range."""
+
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    signals: tuple[str, ...] = SIGNALS
+    clue_mode: str = "keywords"  # how a session's clue is made (see clues.py); each depends on its session alone
+    llm: str = "smollm2"  # the LLM of clue_mode "llm" (see llm.make_llm)
+    clues: bool = True  # False (--no-clues): no clue nodes, every utterance of the memory is a candidate
+    top_clues: int = 10  # K of the two-step retrieval
+    min_candidates: int = 50  # more clues are taken, best first, until the candidates reach this many
+    clue_mix: float = 0.5  # clue score = mix·cos(q, clue) + (1 − mix)·max cos(q, utterance of the clue)
+    damping: float = 0.5  # d of eq. 2
+    tol: float = 1e-6  # PPR stops when the largest per-question L1 change is below this
+    max_iter: int = 100  # PPR iteration cap
+    temperature: float = 4.0  # T of the per-signal softmax over a question's candidates
+    weight_temperature: float = 0.05  # T of softmax(U / T), U = CMI / H(λ) in [0, 1]
+    bin_edges: tuple[float, ...] = (0.5, 0.9)  # quantile edges of the low / medium / high score bins
+
+    def __post_init__(self):
+        if not isinstance(self.graph, GraphConfig):
+            raise TypeError(f"AssoMemConfig.graph must be a GraphConfig, got {type(self.graph).__name__}")
+        object.__setattr__(self, "signals", tuple(self.signals))
+        object.__setattr__(self, "bin_edges", tuple(self.bin_edges))
+        if not self.signals or len(set(self.signals)) != len(self.signals) or set(self.signals) - set(SIGNALS):
+            raise ValueError(f"AssoMemConfig.signals must be distinct names from {SIGNALS}, got {self.signals}")
+        if self.clue_mode not in CLUE_MODES:
+            raise ValueError(f"AssoMemConfig.clue_mode must be one of {CLUE_MODES}, got {self.clue_mode!r}")
+        for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_iter", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"AssoMemConfig.{name} must be an integer >= {low}, got {value!r}")
+        _in_range("clue_mix", self.clue_mix, 0, 1, closed=True)
+        _in_range("damping", self.damping, 0, 1, closed=False)
+        for name in ("tol", "temperature", "weight_temperature"):
+            _in_range(name, getattr(self, name), 0, math.inf, closed=False)
+        if len(self.bin_edges) < 1 or any(not 0 < e < 1 for e in self.bin_edges) \
+                or list(self.bin_edges) != sorted(set(self.bin_edges)):
+            raise ValueError(f"AssoMemConfig.bin_edges must be increasing quantiles strictly between 0 and 1, "
+                             f"got {self.bin_edges}")
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["signals"], out["bin_edges"] = list(self.signals), list(self.bin_edges)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "AssoMemConfig":
+        obj = dict(obj)
+        graph = GraphConfig(**obj.pop("graph", {}))
+        return cls(graph=graph, signals=tuple(obj.pop("signals", SIGNALS)),
+                   bin_edges=tuple(obj.pop("bin_edges", cls.bin_edges)), **obj)
+
+
+def _in_range(name: str, value, low: float, high: float, closed: bool) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and ((low <= value <= high) if closed else (low < value < high))
+    if not ok:
+        span = f"[{low}, {high}]" if closed else f"({low}, {high})"
+        raise ValueError(f"AssoMemConfig.{name} must lie in {span}, got {value!r}")

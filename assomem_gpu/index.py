@@ -1,0 +1,533 @@
+"""``MemoryIndex``: a live memory you add sessions to, remove them from, search with free text, save and load.
+
+The small verb API over one memory (as a FAISS index is over vectors)::
+
+    index = MemoryIndex()                                   # bundled MiniLM encoder, default config and weights
+    index.add_sessions([Session("s1", "2024-03-01", [Utterance("I booked flights to Lisbon.", "Alice")])])
+    hits = index.search("Where am I flying?", k=5)          # [Hit(utterance_id, session_id, text, score, ...)]
+    index.remove_sessions(["s1"])
+    index.save("alice.npz"); index = MemoryIndex.load("alice.npz")
+
+Every write leaves the index equal to one built from scratch from the sessions it holds (graph, clues, BM25, time
+mentions), and bad input raises ``ValueError`` / ``TypeError`` naming the field before anything changes.
+
+Concurrency: searches may run in parallel threads (they only read); ``add_sessions``, ``remove_sessions`` and
+``calibrate`` are exclusive (a readers–writer lock; a waiting write holds back new searches). Encoding the texts
+happens outside the lock.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date as Date, datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .backend import Backend, get_backend
+from .config import AssoMemConfig
+from .encode import DEFAULT_MODEL, Encoder, TransformersEncoder
+from .fusion import FusionModel, Ranking, contributions, default_fusion, fit_fusion, fuse
+from .locking import ReadWriteLock
+from .scoring import Features, Queries, features
+from .snapshot import read as read_snapshot, write as write_snapshot
+from .state import MemoryState, Turn
+
+
+@dataclass(frozen=True)
+class Utterance:
+    text: str
+    speaker: str = ""
+    id: str | None = None  # default "<session id>:<index in the session>"
+
+
+@dataclass(frozen=True)
+class Session:
+    """A dated session. ``date``: a timezone-aware ``datetime``, an ISO 8601 string with an offset (``...Z`` or
+    ``+02:00``), a calendar day (``date`` or ``"YYYY-MM-DD"``, read as UTC midnight) or POSIX seconds."""
+
+    id: str
+    date: Any
+    utterances: Sequence[Utterance | str | Mapping]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LabelledQuestion:
+    """A question with the utterances that answer it, for ``calibrate``."""
+
+    text: str
+    evidence: Sequence[str]  # utterance ids
+    type: str | None = None  # question type (the fusion weights are per type)
+    date: Any = None  # as Session.date; None: now
+
+
+@dataclass(frozen=True)
+class Hit:
+    utterance_id: str
+    session_id: str
+    speaker: str
+    text: str
+    date: str | None  # the session's date, ISO 8601 with its UTC offset; None when undated
+    score: float | None  # fused score (eq. 4) for candidates ranked by fusion; None for those ranked after them
+    signals: dict[str, float]  # each signal's share of the score (they sum to it); empty when score is None
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # the session's
+
+    def fields(self) -> dict[str, Any]:
+        """Every field but the text, as plain data (a framework document's metadata)."""
+        return {"utterance_id": self.utterance_id, "session_id": self.session_id, "speaker": self.speaker,
+                "date": self.date, "score": self.score, "signals": dict(self.signals),
+                "session_metadata": dict(self.metadata)}
+
+
+class MemoryIndex:
+    """One memory, searchable (see the module docstring).
+
+    ``encoder``: an ``Encoder``, a transformers model id or folder (default the bundled all-MiniLM-L6-v2), or None
+    to work with vectors only (``add_sessions(..., embeddings=)``, ``search_embeddings``; needs
+    ``clue_mode="centroid"``). ``fusion``: signal weights (default: the shipped weights calibrated on LongMemEval,
+    see ``assomem_gpu/weights/README.md``). ``device``: ``auto``, ``cpu``, ``cuda`` or a ``Backend``
+    (``backend.get_backend``). ``dated=False`` lets sessions
+    and questions go without dates (meeting transcripts): such sessions match no time window.
+    """
+
+    def __init__(self, encoder: Encoder | str | None = DEFAULT_MODEL, config: AssoMemConfig | None = None,
+                 fusion: FusionModel | None = None, device: str | Backend = "auto", dated: bool = True,
+                 dim: int | None = None):
+        self.config = AssoMemConfig() if config is None else config
+        if not isinstance(self.config, AssoMemConfig):
+            raise TypeError(f"config must be an AssoMemConfig, got {type(self.config).__name__}")
+        self.encoder_model = encoder if isinstance(encoder, str) else None
+        self.encoder: Encoder | None = TransformersEncoder(encoder) if isinstance(encoder, str) else encoder
+        if self.encoder is None and self.config.clue_mode != "centroid":
+            raise ValueError(f"config.clue_mode {self.config.clue_mode!r} embeds clue texts and needs an encoder; "
+                             "pass one or use clue_mode='centroid'")
+        self.dim = self.encoder.dim if self.encoder is not None else dim
+        if self.dim is None:
+            raise ValueError("dim: an index without an encoder needs the embedding dimension")
+        self.fusion = default_fusion(self.config.signals, self._encoder_name) if fusion is None else fusion
+        if list(self.fusion.signals) != list(self.config.signals):
+            raise ValueError(f"fusion.signals {self.fusion.signals} differ from config.signals {self.config.signals}")
+        self.backend = device if isinstance(device, Backend) else get_backend(device)
+        self.dated = dated
+        self.stage_seconds: dict[str, float] = defaultdict(float)  # wall time per stage, summed over calls
+        self._lock = ReadWriteLock()
+        self._state = MemoryState(self.config, self.dim, self.encoder)
+
+    @property
+    def _encoder_name(self) -> str | None:
+        return None if self.encoder is None else self.encoder.name
+
+    # ---- what it holds -------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Sessions held."""
+        return self._state.bank.n_sessions
+
+    @property
+    def n_utterances(self) -> int:
+        return self._state.n_utterances
+
+    @property
+    def session_ids(self) -> list[str]:
+        return list(self._state.bank.session_ids)
+
+    def get_session(self, session_id: str) -> Session:
+        """The session as held (its date as POSIX seconds, exactly as stored; NaN when undated). ``KeyError`` if
+        the index does not hold it."""
+        with self._lock.read():
+            bank = self._state.bank
+            row = bank.session_index(session_id)
+            if row is None:
+                raise KeyError(session_id)
+            lo, hi = bank.offsets[row], bank.offsets[row + 1]
+            utts = [Utterance(t, s, u) for u, s, t in zip(bank.utt_ids[lo:hi], bank.utt_speakers[lo:hi],
+                                                          bank.utt_texts[lo:hi])]
+            return Session(session_id, bank.session_dates[row], utts, dict(self._state.metadata[row]))
+
+    @contextmanager
+    def _stage(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_seconds[name] += time.perf_counter() - start
+
+    # ---- writes --------------------------------------------------------------------------------------------------
+    def add_sessions(self, sessions: Iterable[Session | Mapping], embeddings: np.ndarray | None = None) -> None:
+        """Add sessions (``Session`` records or dicts of the same fields). Their utterances are embedded as
+        ``"<speaker>: <text>"`` in batches, unless ``embeddings`` gives one row per utterance (all sessions'
+        utterances in order; rows are L2-normalised). Raises before any change if any session is bad."""
+        records = [_session(s, f"sessions[{i}]", self.dated) for i, s in enumerate(_listed(sessions, "sessions"))]
+        _no_duplicates(records)
+        n = sum(len(r[2]) for r in records)
+        if embeddings is None:
+            if self.encoder is None:
+                raise ValueError("embeddings: this index has no encoder; pass one vector per utterance")
+            with self._stage("encode"):
+                emb = self.encoder.encode([f"{s}: {t}" if s else t for r in records for _, s, t in r[2]])
+        else:
+            emb = _vectors(embeddings, "embeddings", n, self.dim)
+        with self._lock.write():
+            self._add(records, emb)
+
+    def _add(self, records: list[tuple[str, float, list[Turn], dict]], emb: np.ndarray) -> None:
+        """Add checked records (the caller holds the write lock, or owns the index alone)."""
+        bank = self._state.bank
+        known = set(bank.utt_ids)
+        for sid, _, turns, _ in records:
+            if bank.session_index(sid) is not None:
+                raise ValueError(f"sessions: session id {sid!r} is already in the index")
+            clash = next((u for u, _, _ in turns if u in known), None)
+            if clash is not None:
+                raise ValueError(f"sessions: utterance id {clash!r} is already in the index")
+        if records:
+            with self._stage("add"):
+                self._state.add(records, emb)
+
+    def remove_sessions(self, session_ids: Iterable[str]) -> None:
+        """Remove these sessions; afterwards the index equals one built without them. Unknown ids raise
+        ``ValueError`` and remove nothing."""
+        ids = _listed(session_ids, "session_ids")
+        for i, sid in enumerate(ids):
+            if not isinstance(sid, str):
+                raise TypeError(f"session_ids[{i}]: must be a string, got {type(sid).__name__}")
+        with self._lock.write():
+            rows = [self._state.bank.session_index(s) for s in ids]
+            missing = [s for s, r in zip(ids, rows) if r is None]
+            if missing:
+                raise ValueError(f"session_ids: not in the index: {', '.join(map(repr, missing[:5]))}")
+            if rows:
+                with self._stage("remove"):
+                    self._state.remove(np.unique(np.asarray(rows, np.int64)))
+
+    def calibrate(self, questions: Iterable[LabelledQuestion | Mapping]) -> FusionModel:
+        """Fit the fusion weights (CMI per question type, and the type classifier) on labelled questions about
+        this memory, use them from now on, and return them. Questions whose evidence is empty are skipped."""
+        qs = [_labelled(q, f"questions[{i}]") for i, q in enumerate(_listed(questions, "questions"))]
+        if self.encoder is None:
+            raise ValueError("questions: calibrating needs an encoder for the question texts")
+        emb = self.encoder.encode([q.text for q in qs])
+        with self._lock.write():
+            row_of = {u: i for i, u in enumerate(self._state.bank.utt_ids)}
+            for i, q in enumerate(qs):
+                unknown = [e for e in q.evidence if e not in row_of]
+                if unknown:
+                    raise ValueError(f"questions[{i}].evidence: not utterances of the index: {unknown[:5]}")
+            dates = np.asarray([_when(q.date, f"questions[{i}].date", self.dated, now=True) for i, q in enumerate(qs)])
+            feats = features(self._state, Queries(emb, [q.text for q in qs], dates), self.config, self.backend)
+            keep = [i for i, q in enumerate(qs) if q.evidence]
+            evidence = [np.asarray([row_of[e] for e in qs[i].evidence], np.int64) for i in keep]
+            self.fusion = fit_fusion(list(self.config.signals), [qs[i].type for i in keep],
+                                     [feats[i].scores for i in keep],
+                                     [np.isin(feats[i].candidates, ev) for i, ev in zip(keep, evidence)],
+                                     [feats[i].active for i in keep], emb[keep], self.config.bin_edges,
+                                     self.config.weight_temperature)
+            return self.fusion
+
+    # ---- search --------------------------------------------------------------------------------------------------
+    def search(self, questions: str | Sequence[str], k: int = 10, question_date: Any = None,
+               sessions: Iterable[str] | None = None, since: Any = None, until: Any = None) -> list:
+        """The ``k`` best utterances for one question (a list of ``Hit``) or for each of a batch (a list of lists).
+
+        ``question_date``: when the question is asked (resolves "last month"; one for all or one per question;
+        default now). ``sessions`` (ids), ``since`` and ``until`` (dates, inclusive) restrict the candidates before
+        ranking (not a filter of the top k).
+        """
+        single = isinstance(questions, str)
+        texts = _texts([questions] if single else _listed(questions, "questions"))
+        if self.encoder is None:
+            raise ValueError("questions: this index has no encoder; use search_embeddings")
+        _positive_k(k)
+        with self._stage("encode"):
+            emb = self.encoder.encode(texts)
+        hits = self._search(emb, texts, k, question_date, sessions, since, until)
+        return hits[0] if single else hits
+
+    def search_embeddings(self, embeddings: np.ndarray, texts: Sequence[str] | None = None, k: int = 10,
+                          question_date: Any = None, sessions: Iterable[str] | None = None, since: Any = None,
+                          until: Any = None) -> list[list[Hit]]:
+        """``search`` for questions given as vectors (B, dim); ``texts`` (optional) feed BM25 and time expressions."""
+        emb = np.asarray(embeddings)
+        emb = _vectors(emb[None] if emb.ndim == 1 else emb, "embeddings", None, self.dim)
+        if texts is None:
+            texts = [""] * len(emb)
+        else:
+            texts = _listed(texts, "texts")
+            if len(texts) != len(emb) or not all(isinstance(t, str) for t in texts):
+                raise ValueError(f"texts: one string per embedding row ({len(emb)}), got {len(texts)} items")
+        _positive_k(k)
+        return self._search(emb, texts, k, question_date, sessions, since, until)
+
+    def _search(self, emb, texts, k, question_date, sessions, since, until) -> list[list[Hit]]:
+        dates = _question_dates(question_date, len(texts), self.dated)
+        lo = None if since is None else _when(since, "since", True)
+        hi = None if until is None else _when(until, "until", True)
+        wanted = None if sessions is None else _listed(sessions, "sessions")
+        with self._lock.read():
+            state = self._state
+            allowed = self._allowed(wanted, lo, hi)
+            queries = Queries(emb, list(texts), dates, None if allowed is None else np.tile(allowed, (len(texts), 1)))
+            feats = self.features(queries)
+            with self._stage("fusion+topk"):
+                ranked = self.rank(feats, emb, k)
+                weights = self.fusion.weights(emb, np.stack([f.active for f in feats])) if feats else None
+            return [self._hits(state, f, r, weights[b]) for b, (f, r) in enumerate(zip(feats, ranked))]
+
+    def _allowed(self, sessions: list | None, since: float | None, until: float | None) -> np.ndarray | None:
+        if sessions is None and since is None and until is None:
+            return None
+        bank = self._state.bank
+        keep = np.ones(bank.n_sessions, bool)
+        if sessions is not None:
+            rows = []
+            for i, sid in enumerate(sessions):
+                if not isinstance(sid, str):
+                    raise TypeError(f"sessions[{i}]: must be a string, got {type(sid).__name__}")
+                if bank.session_index(sid) is None:
+                    raise ValueError(f"sessions[{i}]: {sid!r} is not in the index")
+                rows.append(bank.session_index(sid))
+            keep[:] = False
+            keep[rows] = True
+        dates = np.asarray(bank.session_dates, np.float64)
+        with np.errstate(invalid="ignore"):
+            if since is not None:
+                keep &= dates >= since
+            if until is not None:
+                keep &= dates <= until
+        return np.repeat(keep, np.diff(bank.offset_array))
+
+    def features(self, queries: Queries) -> list[Features]:
+        """Candidates and normalised signals of each question (the read lock is the caller's)."""
+        return features(self._state, queries, self.config, self.backend, self._stage)
+
+    def rank(self, feats: Sequence[Features], emb: np.ndarray, depth: int,
+             fusion: FusionModel | None = None) -> list[Ranking]:
+        """Rankings (utterance rows, best first, ``depth`` long at most) from features, with ``fusion`` (default
+        the index's weights)."""
+        return fuse(feats, emb, fusion or self.fusion, self.config.temperature, depth, self.backend.fused_topk)
+
+    def _hits(self, state: MemoryState, f: Features, r: Ranking, weights: np.ndarray) -> list[Hit]:
+        bank = state.bank
+        session_of = np.searchsorted(bank.offset_array, r.rows, side="right") - 1
+        n = len(r.scores)
+        shares = None
+        if n:
+            pos = np.searchsorted(f.candidates, r.rows[:n])  # candidates are sorted rows
+            shares = contributions(f.scores, weights, self.config.temperature)[pos]
+        out = []
+        for i, (row, s) in enumerate(zip(r.rows.tolist(), session_of.tolist())):
+            fused = i < n
+            out.append(Hit(bank.utt_ids[row], bank.session_ids[s], bank.utt_speakers[row], bank.utt_texts[row],
+                           _iso(bank.session_dates[s]), float(r.scores[i]) if fused else None,
+                           dict(zip(self.config.signals, shares[i].tolist())) if fused else {},
+                           dict(state.metadata[s])))
+        return out
+
+    # ---- persistence ---------------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write the index to one file (see ``snapshot.py``), atomically; ``load`` restores it exactly."""
+        with self._lock.read():
+            documents, arrays = self._state.to_snapshot()
+            documents["index"] = {"config": self.config.to_json(), "fusion": self.fusion.to_json(),
+                                  "encoder": {"name": self._encoder_name, "model": self.encoder_model},
+                                  "dim": self.dim, "dated": self.dated}
+            write_snapshot(path, documents, arrays)
+
+    @classmethod
+    def load(cls, path: str | Path, encoder: Encoder | str | None = None,
+             device: str | Backend = "auto") -> "MemoryIndex":
+        """An index saved by ``save``. ``encoder``: default the model it was saved with (when it was made from a
+        model id or folder); an encoder of another name raises ``ValueError``."""
+        documents, arrays = read_snapshot(path)
+        try:
+            head = documents["index"]
+            config = AssoMemConfig.from_json(head["config"])
+            fusion = FusionModel.from_json(head["fusion"])
+            saved = head["encoder"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: the snapshot's header is not readable ({exc})") from exc
+        if encoder is None and saved["name"] is not None:
+            if saved["model"] is None:
+                raise ValueError(f"encoder: {path} was saved with the encoder {saved['name']!r}; pass it to load")
+            encoder = saved["model"]
+        index = cls(encoder, config, fusion, device, head["dated"], head["dim"])
+        if index._encoder_name != saved["name"]:
+            raise ValueError(f"encoder: {path} was saved with {saved['name']!r}, not {index._encoder_name!r}")
+        try:
+            index._state = MemoryState.from_snapshot(config, index.encoder, documents, arrays)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ValueError(f"{path}: the snapshot is inconsistent ({exc.__class__.__name__}: {exc})") from exc
+        return index
+
+
+def _iso(ts: float) -> str | None:
+    return None if math.isnan(ts) else datetime.fromtimestamp(ts, tz=timezone.utc).isoformat()
+
+
+# ---- input checks -------------------------------------------------------------------------------------------------
+def _listed(items, name: str) -> list:
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise TypeError(f"{name}: expected a list, got {type(items).__name__}")
+    return list(items)
+
+
+def _positive_k(k) -> None:
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k: must be a positive integer, got {k!r}")
+
+
+def _texts(texts: list) -> list[str]:
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"questions[{i}]: must be a string, got {type(t).__name__}")
+        if not t.strip():
+            raise ValueError(f"questions[{i}]: empty or whitespace-only text")
+    return texts
+
+
+def _get(obj, name: str, where: str, default=...):
+    value = obj.get(name, default) if isinstance(obj, Mapping) else getattr(obj, name, default)
+    if value is ...:
+        raise ValueError(f"{where}.{name}: missing")
+    return value
+
+
+def _string(value, where: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{where}: must be a string, got {type(value).__name__}")
+    return value
+
+
+def _session(obj, where: str, dated: bool) -> tuple[str, float, list[Turn], dict]:
+    if not isinstance(obj, (Session, Mapping)):
+        raise TypeError(f"{where}: expected a Session or a mapping, got {type(obj).__name__}")
+    if isinstance(obj, Mapping):
+        extra = set(obj) - {"id", "date", "utterances", "metadata"}
+        if extra:
+            raise ValueError(f"{where}: unknown fields {sorted(extra)}")
+    sid = _string(_get(obj, "id", where), f"{where}.id")
+    if not sid.strip():
+        raise ValueError(f"{where}.id: empty")
+    when = _when(_get(obj, "date", where, None), f"{where}.date", dated)
+    utts = _listed(_get(obj, "utterances", where), f"{where}.utterances")
+    if not utts:
+        raise ValueError(f"{where}.utterances: a session needs at least one utterance")
+    turns = []
+    for t, u in enumerate(utts):
+        at = f"{where}.utterances[{t}]"
+        if isinstance(u, str):
+            u = Utterance(u)
+        if not isinstance(u, (Utterance, Mapping)):
+            raise TypeError(f"{at}: expected an Utterance, a mapping or a string, got {type(u).__name__}")
+        if isinstance(u, Mapping) and set(u) - {"text", "speaker", "id"}:
+            raise ValueError(f"{at}: unknown fields {sorted(set(u) - {'text', 'speaker', 'id'})}")
+        text = _string(_get(u, "text", at), f"{at}.text")
+        if not text.strip():
+            raise ValueError(f"{at}.text: empty or whitespace-only")
+        speaker = _string(_get(u, "speaker", at, "") or "", f"{at}.speaker")
+        uid = _get(u, "id", at, None)
+        uid = f"{sid}:{t}" if uid is None else _string(uid, f"{at}.id")
+        if not uid.strip():
+            raise ValueError(f"{at}.id: empty")
+        turns.append((uid, speaker, text))
+    meta = _get(obj, "metadata", where, None) or {}
+    if not isinstance(meta, Mapping):
+        raise TypeError(f"{where}.metadata: must be a mapping, got {type(meta).__name__}")
+    try:
+        import json
+
+        json.dumps(meta, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}.metadata: must be JSON-serialisable ({exc})") from exc
+    return sid, when, turns, dict(meta)
+
+
+def _no_duplicates(records) -> None:
+    sessions, utterances = set(), set()
+    for i, (sid, _, turns, _) in enumerate(records):
+        if sid in sessions:
+            raise ValueError(f"sessions[{i}].id: {sid!r} appears twice")
+        sessions.add(sid)
+        for t, (uid, _, _) in enumerate(turns):
+            if uid in utterances:
+                raise ValueError(f"sessions[{i}].utterances[{t}].id: {uid!r} appears twice")
+            utterances.add(uid)
+
+
+def _labelled(obj, where: str) -> LabelledQuestion:
+    if isinstance(obj, Mapping):
+        obj = LabelledQuestion(**{k: obj[k] for k in obj if k in ("text", "evidence", "type", "date")})
+    if not isinstance(obj, LabelledQuestion):
+        raise TypeError(f"{where}: expected a LabelledQuestion or a mapping, got {type(obj).__name__}")
+    _texts([obj.text])
+    evidence = _listed(obj.evidence, f"{where}.evidence")
+    for e in evidence:
+        _string(e, f"{where}.evidence")
+    if obj.type is not None:
+        _string(obj.type, f"{where}.type")
+    return obj
+
+
+def _when(value, where: str, dated: bool, now: bool = False) -> float:
+    """POSIX seconds of a date (see ``Session``). None: now if ``now``, else NaN where dates are optional."""
+    if value is None:
+        if now:
+            return time.time()
+        if dated:
+            raise ValueError(f"{where}: missing (sessions need a date; MemoryIndex(dated=False) makes them optional)")
+        return math.nan
+    if isinstance(value, bool):
+        raise TypeError(f"{where}: not a date: {value!r}")
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        if not math.isfinite(value):
+            if not dated and math.isnan(value):
+                return math.nan
+            raise ValueError(f"{where}: not a finite POSIX time: {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = Date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"{where}: not an ISO 8601 date: {text!r}") from None
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{where}: naive datetime {value.isoformat()!r}; give a time zone (e.g. 'Z' or +00:00)")
+        return value.timestamp()
+    if isinstance(value, Date):
+        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc).timestamp()
+    raise TypeError(f"{where}: not a date: {type(value).__name__}")
+
+
+def _question_dates(value, n: int, dated: bool) -> np.ndarray:
+    if isinstance(value, (list, tuple, np.ndarray)):
+        if len(value) != n:
+            raise ValueError(f"question_date: one date for all or one per question ({n}), got {len(value)}")
+        return np.asarray([_when(v, f"question_date[{i}]", dated, now=dated) for i, v in enumerate(value)], np.float64)
+    return np.full(n, _when(value, "question_date", dated, now=dated), np.float64)
+
+
+def _vectors(x, where: str, rows: int | None, dim: int) -> np.ndarray:
+    """Finite, non-zero rows of width ``dim`` (``rows`` of them when given), L2-normalised (rows within 1e-4 of unit
+    norm are kept as given, so vectors that are normalised already keep their bits)."""
+    try:
+        arr = np.asarray(x, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where}: not a numeric array ({exc})") from None
+    if arr.ndim != 2 or arr.shape[1] != dim or (rows is not None and len(arr) != rows):
+        want = f"({rows if rows is not None else 'n'}, {dim})"
+        raise ValueError(f"{where}: expected shape {want}, got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{where}: row {int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])} is not finite")
+    norms = np.linalg.norm(arr, axis=1)
+    if np.any(norms == 0):
+        raise ValueError(f"{where}: row {int(np.flatnonzero(norms == 0)[0])} has zero norm")
+    off = np.abs(norms - 1) > 1e-4
+    if off.any():
+        arr = np.array(arr)
+        arr[off] /= norms[off, None]
+    return np.ascontiguousarray(arr)

@@ -1,0 +1,186 @@
+"""The state of one memory: its sessions, embeddings, clues, graph, BM25 index and time mentions, kept exact under
+``add`` and ``remove``.
+
+Rows are the memory's own: utterance ``i`` is the bank's row ``i`` and graph node ``i``. Every derived structure is
+updated by the write that changes it (never on a later read), so searches only read the state. Input is assumed
+valid here; ``index.MemoryIndex`` checks it. ``add`` computes everything that can fail before it changes anything.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import compress
+from typing import Sequence
+
+import numpy as np
+
+from .clues import clue_embeddings, clue_texts
+from .config import AssoMemConfig
+from .encode import Encoder
+from .graph import ClueState, MemoryGraph, build_graph, grow_graph, shrink_graph, assemble
+from .memory import MemoryBank
+from .signals.lexical import BM25Index
+from .signals.temporal import mentions_time, windows
+
+Turn = tuple[str, str, str]  # (utterance id, speaker, text)
+
+
+class Rows:
+    """A float32 matrix that grows by appended rows in amortised O(rows) (a buffer with doubling room)."""
+
+    def __init__(self, dim: int, data: np.ndarray | None = None):
+        self._buf = np.zeros((0, dim), np.float32) if data is None else np.array(data, np.float32)
+        self.n = len(self._buf)
+
+    @property
+    def view(self) -> np.ndarray:
+        return self._buf[: self.n]
+
+    def append(self, rows: np.ndarray) -> None:
+        k = len(rows)
+        if self.n + k > len(self._buf):
+            buf = np.empty((max(2 * self.n, self.n + k, 256), self._buf.shape[1]), np.float32)
+            buf[: self.n] = self.view
+            self._buf = buf
+        self._buf[self.n : self.n + k] = rows
+        self.n += k
+
+    def keep(self, mask: np.ndarray) -> None:
+        self._buf = np.ascontiguousarray(self.view[mask])  # a fresh buffer: removed rows leave memory
+        self.n = len(self._buf)
+
+
+class MemoryState:
+    """One memory's sessions and everything derived from them (see the module docstring)."""
+
+    def __init__(self, config: AssoMemConfig, dim: int, encoder: Encoder | None = None):
+        self.config, self.encoder, self.dim = config, encoder, dim
+        self.bank = MemoryBank()
+        self.metadata: list[dict] = []  # per session
+        self.emb = Rows(dim)  # per utterance
+        self.clue_emb = Rows(dim)  # per session: its own clue, before merging
+        self._full: MemoryGraph | None = None  # with clue nodes, whatever config.clues says
+        self.graph: MemoryGraph | None = None  # what PPR and candidates read
+        self.lexical = BM25Index() if "lexical" in config.signals else None
+        self.has_time = np.zeros(0, bool)  # per utterance: holds a time expression
+        self._mentions: list[np.ndarray | None] = []  # per utterance: times it mentions (made on first use)
+        self.times = np.zeros(0, np.float64)  # per utterance: its session's date (NaN unknown)
+
+    @property
+    def n_utterances(self) -> int:
+        return self.bank.n_utterances
+
+    @property
+    def graph_config(self):
+        if "importance" not in self.config.signals:  # no PageRank: only clues and ownership are needed
+            return replace(self.config.graph, max_neighbors=0, adjacency_weight=0.0, speakers=False)
+        return self.config.graph
+
+    # ---- writes --------------------------------------------------------------------------------------------------
+    def add(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray) -> None:
+        """Append sessions ``(id, date, turns, metadata)`` whose utterances have the embeddings ``emb`` (rows in
+        order). The clue texts are made and embedded first: if that fails, nothing has changed."""
+        one = MemoryBank()
+        for sid, date, turns, _ in sessions:
+            one.add_session(sid, date, turns)
+        texts = clue_texts(one, range(one.n_sessions), self.config.clue_mode, self.config.llm)
+        clue_emb = clue_embeddings(one.offset_array, emb, texts, self.encoder)
+        new_texts = list(one.utt_texts)
+        has_time = np.fromiter((mentions_time(t) for t in new_texts), bool, len(new_texts)) \
+            if "temporal" in self.config.signals else np.zeros(len(new_texts), bool)
+        # nothing below fails on valid input
+        for sid, date, turns, meta in sessions:
+            self.bank.add_session(sid, date, turns)
+            self.metadata.append(dict(meta))
+        self.emb.append(emb)
+        self.clue_emb.append(clue_emb)
+        self.has_time = np.concatenate([self.has_time, has_time])
+        self._mentions += [None] * len(new_texts)
+        if self.lexical is not None:
+            self.lexical.add(one.encoded_texts())
+        if self._full is None:
+            self._set_graph(build_graph(self.bank, self.emb.view, self.clue_emb.view, self.graph_config))
+        else:
+            self._set_graph(grow_graph(self._full, self.bank, self.emb.view, self.clue_emb.view, self.graph_config))
+
+    def remove(self, sessions: np.ndarray) -> None:
+        """Remove these session rows (their utterances, clues, edges, BM25 terms and time mentions)."""
+        keep_s = np.ones(self.bank.n_sessions, bool)
+        keep_s[sessions] = False
+        keep_u = np.repeat(keep_s, np.diff(self.bank.offset_array))
+        self.bank = self.bank.select(np.flatnonzero(keep_s))
+        self.metadata = list(compress(self.metadata, keep_s))
+        self.emb.keep(keep_u)
+        self.clue_emb.keep(keep_s)
+        self.has_time = self.has_time[keep_u]
+        self._mentions = list(compress(self._mentions, keep_u))
+        if self.lexical is not None:
+            self.lexical.remove(keep_u)
+        if self.bank.n_sessions == 0:
+            self._full = self.graph = None
+            self.times = np.zeros(0, np.float64)
+            return
+        self._set_graph(shrink_graph(self._full, self.bank, keep_u, keep_s, self.emb.view, self.clue_emb.view,
+                                     self.graph_config))
+
+    def _set_graph(self, full: MemoryGraph) -> None:
+        self._full = full
+        self.graph = full if self.config.clues else without_clues(full)
+        self.times = np.repeat(np.asarray(self.bank.session_dates, np.float64), np.diff(self.bank.offset_array))
+
+    # ---- reads ---------------------------------------------------------------------------------------------------
+    def mentioned_times(self, row: int) -> np.ndarray:
+        """Centres of the time windows utterance ``row`` mentions, resolved against its session date (cached)."""
+        found = self._mentions[row]
+        if found is None:
+            spans = windows(self.bank.utt_texts[row], float(self.times[row]))
+            found = self._mentions[row] = np.asarray([(s + e) / 2 for s, e in spans], dtype=np.float64)
+        return found
+
+    # ---- persistence ---------------------------------------------------------------------------------------------
+    def to_snapshot(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """(JSON documents, arrays): everything needed to restore the state without recomputing the graph."""
+        bank = self.bank
+        documents = {"sessions": {"ids": bank.session_ids, "dates": bank.session_dates, "offsets": bank.offsets,
+                                  "metadata": self.metadata},
+                     "utterances": {"ids": bank.utt_ids, "speakers": bank.utt_speakers, "texts": bank.utt_texts}}
+        arrays = {"utt_emb": self.emb.view, "clue_emb": self.clue_emb.view, "has_time": self.has_time}
+        if self._full is not None:
+            (ui, uj, us), clues = self._full.utt_pairs, self._full.clues
+            ci, cj, cs = clues.candidates
+            arrays.update(utt_pairs_i=ui, utt_pairs_j=uj, utt_pairs_s=us, clue_labels=clues.labels,
+                          clue_merged=clues.emb, clue_pairs_i=ci, clue_pairs_j=cj, clue_pairs_s=cs)
+        if self.lexical is not None:
+            documents["bm25_vocabulary"], lexical = self.lexical.to_arrays()
+            arrays.update(lexical)
+        return documents, arrays
+
+    @classmethod
+    def from_snapshot(cls, config: AssoMemConfig, encoder: Encoder | None, documents: dict,
+                      arrays: dict[str, np.ndarray]) -> "MemoryState":
+        state = cls(config, int(arrays["utt_emb"].shape[1]), encoder)
+        sessions, utts = documents["sessions"], documents["utterances"]
+        bank = state.bank
+        bank.session_ids, bank.session_dates = list(sessions["ids"]), [float(d) for d in sessions["dates"]]
+        bank.offsets = [int(o) for o in sessions["offsets"]]
+        bank.utt_ids, bank.utt_speakers, bank.utt_texts = list(utts["ids"]), list(utts["speakers"]), list(utts["texts"])
+        bank._by_id = {sid: i for i, sid in enumerate(bank.session_ids)}
+        state.metadata = [dict(m) for m in sessions["metadata"]]
+        state.emb, state.clue_emb = Rows(state.dim, arrays["utt_emb"]), Rows(state.dim, arrays["clue_emb"])
+        state.has_time = np.asarray(arrays["has_time"], bool)
+        state._mentions = [None] * bank.n_utterances
+        if state.lexical is not None:
+            state.lexical = BM25Index.from_arrays(documents["bm25_vocabulary"], arrays)
+        if bank.n_sessions:
+            clues = ClueState(arrays["clue_labels"], arrays["clue_merged"],
+                              (arrays["clue_pairs_i"], arrays["clue_pairs_j"], arrays["clue_pairs_s"]))
+            pairs = (arrays["utt_pairs_i"], arrays["utt_pairs_j"], arrays["utt_pairs_s"])
+            state._set_graph(assemble(bank, pairs, clues, state.graph_config))
+        return state
+
+
+def without_clues(g: MemoryGraph) -> MemoryGraph:
+    """The graph with its clue nodes and their edges removed (node order becomes [utterances | speakers])."""
+    keep = np.concatenate([np.arange(g.n_utt), g.n_utt + g.n_clues + np.arange(g.n_speakers)])
+    adj = g.adjacency[keep][:, keep].tocsr()
+    return MemoryGraph(np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32), adj,
+                       g.n_speakers, g.utt_pairs, g.clues)

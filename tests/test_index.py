@@ -1,0 +1,338 @@
+"""MemoryIndex: writes equal a fresh build, search with text and filters, save/load, bad input, concurrency."""
+import hashlib
+import json
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from assomem_gpu import AssoMemConfig, GraphConfig, MemoryIndex, Session, SnapshotError, Utterance
+from assomem_gpu.encode import HashingEncoder
+from assomem_gpu.fusion import fixed_weights
+from assomem_gpu.snapshot import read, write
+
+WORDS = ("apple river guitar market winter doctor garden laptop ticket museum coffee soccer bridge violin lisbon "
+         "pasta sister bakery chess painting marathon knitting").split()
+DAY = 86_400.0
+
+
+def random_sessions(seed: int, n: int, prefix: str = "s") -> list[Session]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in range(n):
+        topic = rng.choice(WORDS, size=3)
+        turns = [Utterance(" ".join(rng.choice(list(topic) * 3 + list(WORDS), size=rng.integers(3, 10)))
+                           + (" last week" if rng.random() < 0.2 else ""), ["user", "assistant"][t % 2])
+                 for t in range(rng.integers(1, 6))]
+        out.append(Session(f"{prefix}{seed}_{s}", 1_680_000_000.0 + float(rng.integers(0, 200)) * DAY, turns,
+                           {"n": s}))
+    return out
+
+
+def make_index(config=None, **kw) -> MemoryIndex:
+    config = config or AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3))
+    return MemoryIndex(HashingEncoder(), config, fixed_weights(config.signals), device="cpu", **kw)
+
+
+def fingerprint(index: MemoryIndex) -> str:
+    """A digest of everything the index holds (the state as saved, and the weights)."""
+    documents, arrays = index._state.to_snapshot()
+    h = hashlib.sha256(json.dumps(documents, sort_keys=True).encode())
+    for name in sorted(arrays):
+        h.update(name.encode()), h.update(np.ascontiguousarray(arrays[name]).tobytes())
+    h.update(json.dumps(index.fusion.to_json(), sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def results(index: MemoryIndex, questions=("apple river guitar", "coffee last week", "chess sister bakery"), k=12):
+    return [[(h.utterance_id, h.score) for h in hits] for hits in index.search(list(questions), k=k,
+                                                                                question_date=1_700_000_000.0)]
+
+
+def assert_same(a: MemoryIndex, b: MemoryIndex):
+    sa, sb = a._state, b._state
+    assert sa.bank == sb.bank and sa.metadata == sb.metadata
+    assert np.array_equal(sa.emb.view, sb.emb.view) and np.array_equal(sa.has_time, sb.has_time)
+    if sa.graph is None:
+        assert sb.graph is None
+        return
+    assert (sa.graph.adjacency != sb.graph.adjacency).nnz == 0
+    assert np.array_equal(sa.graph.clue_emb, sb.graph.clue_emb) and np.array_equal(sa.graph.utt_clue, sb.graph.utt_clue)
+    texts = ["apple river guitar", "coffee bakery", "zzz"]
+    assert np.array_equal(sa.lexical.scores(texts), sb.lexical.scores(texts))
+    assert sorted(sa.lexical.vocab) == sorted(sb.lexical.vocab)
+    assert results(a) == results(b)
+
+
+@pytest.mark.parametrize("clue_mode", ["keywords", "centroid"])
+@pytest.mark.parametrize("clues", [True, False])
+def test_adds_and_removes_equal_a_fresh_build(clue_mode, clues):
+    config = AssoMemConfig(clue_mode=clue_mode, clues=clues, top_clues=2, min_candidates=3,
+                           graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3))
+    sessions = random_sessions(0, 30)
+    grown = make_index(config)
+    for lo, hi in ((0, 1), (1, 12), (12, 13), (13, 30)):
+        grown.add_sessions(sessions[lo:hi])
+        fresh = make_index(config)
+        fresh.add_sessions(sessions[:hi])
+        assert_same(grown, fresh)
+    for drop in (["s0_3"], ["s0_0", "s0_29", "s0_14"], [s.id for s in sessions[5:20:2]]):
+        grown.remove_sessions(drop)
+        fresh = make_index(config)
+        fresh.add_sessions([s for s in sessions if s.id in set(grown.session_ids)])
+        assert_same(grown, fresh)
+    grown.remove_sessions(grown.session_ids)
+    assert len(grown) == 0 and grown.search("apple") == []
+    grown.add_sessions(sessions[:3])
+    fresh = make_index(config)
+    fresh.add_sessions(sessions[:3])
+    assert_same(grown, fresh)
+
+
+def test_nothing_of_a_removed_session_stays_reachable():
+    index = make_index()
+    index.add_sessions(random_sessions(1, 6))
+    secret = Session("secret", "2024-01-01", [Utterance("my zanzibarian password is quokkafish 7 March 2024")],
+                     {"tag": "private"})
+    index.add_sessions([secret])
+    assert any(h.session_id == "secret" for h in index.search("quokkafish zanzibarian", k=3))
+    index.remove_sessions(["secret"])
+    state = index._state
+    assert "secret" not in state.bank.session_ids and all("quokkafish" not in t for t in state.bank.utt_texts)
+    assert not any(k.startswith("quokka") or k.startswith("zanzibar") for k in state.lexical.vocab)
+    assert {"tag": "private"} not in state.metadata and len(state._mentions) == state.n_utterances
+    hits = index.search("quokkafish zanzibarian password", k=100)
+    assert hits and all(h.session_id != "secret" for h in hits)
+    documents, _ = state.to_snapshot()
+    assert "quokkafish" not in json.dumps(documents) and "private" not in json.dumps(documents)
+
+
+def test_search_hits_carry_ids_text_dates_and_signal_shares():
+    index = make_index()
+    index.add_sessions(random_sessions(2, 8))
+    hits = index.search("guitar market", k=5, question_date="2024-01-01")
+    assert len(hits) == 5
+    for h in hits:
+        session = index.get_session(h.session_id)
+        assert any(u.id == h.utterance_id and u.text == h.text and u.speaker == h.speaker for u in session.utterances)
+        assert h.date.endswith("+00:00") and h.metadata == session.metadata
+        assert set(h.signals) == set(index.config.signals) and abs(sum(h.signals.values()) - h.score) < 1e-6
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    batch = index.search(["guitar market", "coffee"], k=5, question_date="2024-01-01")
+    assert [h.utterance_id for h in batch[0]] == [h.utterance_id for h in hits]
+    everything = index.search("guitar", k=10_000)
+    assert len(everything) == index.n_utterances  # past the candidates the rest follows, score None
+    assert everything[-1].score is None and everything[-1].signals == {}
+
+
+def test_filters_restrict_the_candidates_not_the_top_k():
+    index = make_index()
+    index.add_sessions(random_sessions(3, 12))
+    index.add_sessions([Session("far", "2020-05-01", [Utterance("an old note about nothing in particular")])])
+    wanted = ["s3_4", "s3_9"]
+    hits = index.search("apple guitar", k=4, sessions=wanted)
+    n_allowed = sum(len(index.get_session(s).utterances) for s in wanted)
+    assert len(hits) == min(4, n_allowed) and {h.session_id for h in hits} <= set(wanted)
+    old = index.search("apple guitar", k=50, until="2021-01-01")
+    assert [h.session_id for h in old] == ["far"]
+    recent = index.search("note", k=50, since="2022-01-01")
+    assert recent and "far" not in {h.session_id for h in recent}
+    assert index.search("apple", since="2030-01-01") == []
+
+
+def test_save_and_load_give_identical_rankings(tmp_path):
+    index = make_index()
+    index.add_sessions(random_sessions(4, 15))
+    index.remove_sessions(["s4_2"])
+    path = tmp_path / "mem.npz"
+    index.save(path)
+    loaded = MemoryIndex.load(path, encoder=HashingEncoder(), device="cpu")
+    assert fingerprint(loaded) == fingerprint(index) and results(loaded) == results(index)
+    more = random_sessions(5, 3)
+    loaded.add_sessions(more)
+    index.add_sessions(more)
+    assert_same(loaded, index)
+    with pytest.raises(ValueError, match="encoder"):
+        MemoryIndex.load(path, encoder=HashingEncoder(dim=64))
+
+
+def test_broken_snapshots_are_clear_errors(tmp_path):
+    index = make_index()
+    index.add_sessions(random_sessions(6, 5))
+    path = tmp_path / "mem.npz"
+    index.save(path)
+    data = path.read_bytes()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+    flipped = bytearray(data)
+    flipped[len(data) // 3] ^= 0xFF
+    (tmp_path / "flip.npz").write_bytes(bytes(flipped))
+    (tmp_path / "junk.npz").write_text("hello")
+    for name in ("cut.npz", "flip.npz", "junk.npz", "missing.npz"):
+        with pytest.raises(SnapshotError, match=name):
+            MemoryIndex.load(tmp_path / name, encoder=HashingEncoder())
+    documents, arrays = read(path)
+    import assomem_gpu.snapshot as snapshot
+
+    old = snapshot.VERSION
+    try:
+        snapshot.VERSION = 99
+        write(tmp_path / "v99.npz", documents, arrays)
+    finally:
+        snapshot.VERSION = old
+    with pytest.raises(SnapshotError, match="version 99"):
+        MemoryIndex.load(tmp_path / "v99.npz", encoder=HashingEncoder())
+
+
+def good_session(sid="ok", **changes):
+    base = {"id": sid, "date": "2024-03-01T10:00:00+00:00", "utterances": [{"text": "hello there", "speaker": "A"}]}
+    base.update(changes)
+    return base
+
+
+BAD_ADDS = [
+    ([good_session("s6_0")], ValueError, "already in the index"),
+    ([good_session("x"), good_session("x")], ValueError, r"sessions\[1\]\.id"),
+    ([good_session(utterances=[{"text": "a", "id": "u"}, {"text": "b", "id": "u"}])], ValueError, r"utterances\[1\]\.id"),
+    ([good_session(utterances=[{"text": "a", "id": "s6_0:0"}])], ValueError, "utterance id 's6_0:0'"),
+    ([good_session(id=7)], TypeError, r"sessions\[0\]\.id"),
+    ([good_session(utterances=[{"text": "a", "id": 3}])], TypeError, r"utterances\[0\]\.id"),
+    ([good_session(utterances=[{"text": "   "}])], ValueError, r"utterances\[0\]\.text"),
+    ([good_session(utterances=[{"text": ""}])], ValueError, r"utterances\[0\]\.text"),
+    ([good_session(utterances=[])], ValueError, r"sessions\[0\]\.utterances"),
+    ([good_session(date=None)], ValueError, r"sessions\[0\]\.date: missing"),
+    ([good_session(date="2024-03-01T10:00")], ValueError, "naive"),
+    ([good_session(date="next tuesday")], ValueError, "ISO 8601"),
+    ([good_session(date=float("nan"))], ValueError, r"sessions\[0\]\.date"),
+    ([good_session(colour="red")], ValueError, "unknown fields"),
+    ([good_session(metadata={"f": object()})], ValueError, "metadata"),
+    ("not a list", TypeError, "sessions"),
+]
+
+
+@pytest.mark.parametrize("sessions, error, message", BAD_ADDS)
+def test_bad_adds_name_the_field_and_change_nothing(sessions, error, message):
+    index = make_index()
+    index.add_sessions(random_sessions(6, 4))
+    before = fingerprint(index)
+    with pytest.raises(error, match=message):
+        index.add_sessions(sessions)
+    assert fingerprint(index) == before
+
+
+def test_bad_vectors_searches_and_removes_change_nothing():
+    index = make_index()
+    index.add_sessions(random_sessions(7, 4))
+    before = fingerprint(index)
+    dim = index.dim
+    one = [good_session("v")]
+    for emb, message in [(np.zeros((1, dim)), "zero norm"), (np.full((1, dim), np.nan), "not finite"),
+                         (np.ones((1, dim + 1)), "shape"), (np.ones((2, dim)), "shape")]:
+        with pytest.raises(ValueError, match=message):
+            index.add_sessions(one, embeddings=emb)
+    for call, error, message in [
+        (lambda: index.remove_sessions(["nope"]), ValueError, "session_ids"),
+        (lambda: index.remove_sessions(["s7_0", "nope"]), ValueError, "nope"),
+        (lambda: index.remove_sessions([1]), TypeError, r"session_ids\[0\]"),
+        (lambda: index.search("apple", k=0), ValueError, "k"),
+        (lambda: index.search("apple", k=-3), ValueError, "k"),
+        (lambda: index.search("apple", k=2.5), ValueError, "k"),
+        (lambda: index.search("  "), ValueError, r"questions\[0\]"),
+        (lambda: index.search(["a", 3]), TypeError, r"questions\[1\]"),
+        (lambda: index.search("apple", sessions=["nope"]), ValueError, r"sessions\[0\]"),
+        (lambda: index.search("apple", since="yesterday"), ValueError, "since"),
+        (lambda: index.search("apple", question_date="2024-01-01T10:00"), ValueError, "question_date"),
+        (lambda: index.search("apple", colour="red"), TypeError, "colour"),
+        (lambda: index.search_embeddings(np.zeros((1, dim))), ValueError, "zero norm"),
+        (lambda: index.search_embeddings(np.ones((2, dim)), texts=["a"]), ValueError, "texts"),
+    ]:
+        with pytest.raises(error, match=message):
+            call()
+    assert fingerprint(index) == before
+    with pytest.raises(ValueError):
+        AssoMemConfig(damping=1.5)
+    with pytest.raises(ValueError, match="clue_mode"):
+        MemoryIndex(None, AssoMemConfig(), dim=8)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["add", "add_bad", "remove", "remove_bad", "search"]),
+                          st.integers(0, 10_000)), min_size=1, max_size=12))
+def test_interleaved_good_and_bad_operations_equal_the_good_ones_alone(ops):
+    config = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3))
+    live = make_index(config)
+    good: list[tuple[str, object]] = []
+    pool = random_sessions(9, 40)
+    for op, n in ops:
+        held = live.session_ids
+        if op == "add":
+            fresh = [s for s in pool if s.id not in held and s.id not in {x.id for _, g in good if _ == "add" for x in g}]
+            batch = fresh[: 1 + n % 3]
+            live.add_sessions(batch)
+            good.append(("add", batch))
+        elif op == "add_bad":
+            with pytest.raises((ValueError, TypeError)):
+                live.add_sessions([*pool[n % 40 : n % 40 + 1], good_session(utterances=[{"text": ""}])])
+        elif op == "remove" and held:
+            gone = [held[n % len(held)]]
+            live.remove_sessions(gone)
+            good.append(("remove", gone))
+        elif op == "remove_bad":
+            with pytest.raises(ValueError):
+                live.remove_sessions([*held[:1], "not-there"])
+        elif op == "search":
+            live.search("apple guitar", k=1 + n % 5)
+    replay = make_index(config)
+    for op, arg in good:
+        replay.add_sessions(arg) if op == "add" else replay.remove_sessions(arg)
+    assert fingerprint(live) == fingerprint(replay)
+    final = make_index(config)
+    final.add_sessions([s for s in pool if s.id in set(live.session_ids)])
+    assert results(live) == results(final)
+
+
+def test_parallel_searches_with_exclusive_writes():
+    index = make_index()
+    index.add_sessions(random_sessions(10, 20))
+    expected = results(index)
+    errors: list[BaseException] = []
+    seen: list[list] = []
+
+    def reader():
+        try:
+            for _ in range(15):
+                seen.append(results(index))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    extra = random_sessions(11, 6)
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for s in extra:
+        index.add_sessions([s])
+        index.remove_sessions([s.id])
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(r == expected for r in seen)  # every write was undone: each search saw one consistent state
+    assert results(index) == expected
+
+
+def test_calibrate_fits_weights_from_labelled_questions():
+    index = make_index()
+    sessions = random_sessions(12, 12)
+    index.add_sessions(sessions)
+    questions = [{"text": " ".join(s.utterances[0].text.split()[:3]), "evidence": [f"{s.id}:0"],
+                  "type": ["a", "b"][i % 2]} for i, s in enumerate(sessions)]
+    before = index.fusion.to_json()
+    model = index.calibrate(questions)
+    assert model.types == ["a", "b"] and index.fusion is model and model.to_json() != before
+    with pytest.raises(ValueError, match=r"questions\[0\]\.evidence"):
+        index.calibrate([{"text": "x", "evidence": ["nope"]}])
+
+
+def test_default_weights_ship_with_the_package():
+    index = MemoryIndex(HashingEncoder(), device="cpu")
+    assert index.fusion.signals == list(index.config.signals) and len(index.fusion.types) >= 2
+    assert index.fusion.coef is None  # calibrated with MiniLM: another encoder mixes the types evenly
