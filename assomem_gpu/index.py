@@ -11,13 +11,20 @@ The small verb API over one memory (as a FAISS index is over vectors)::
 Every write leaves the index equal to one built from scratch from the sessions it holds (graph, clues, BM25, time
 mentions), and bad input raises ``ValueError`` / ``TypeError`` naming the field before anything changes.
 
-Concurrency: searches may run in parallel threads (they only read); ``add_sessions``, ``remove_sessions`` and
-``calibrate`` are exclusive (a readers–writer lock; a waiting write holds back new searches). Encoding the texts
-happens outside the lock.
+Concurrency: searches may run in parallel threads; ``add_sessions``, ``remove_sessions`` and ``calibrate`` are
+exclusive (a readers–writer lock; a waiting write holds back new searches). Utterances are encoded outside the lock,
+a session's clue (one short text, or an LLM call in the ``llm`` clue mode) inside it. A search changes nothing but
+a cache of the times an utterance mentions, which it fills on first use (the same value whoever fills it).
+
+Equality with a fresh build holds for the same vectors: an encoder that rounds a text differently in another batch
+(padding changes the shapes its matrices multiply) can move a pair across a threshold.
 """
 from __future__ import annotations
 
+import copy
+import json
 import math
+import threading
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -34,7 +41,7 @@ from .encode import DEFAULT_MODEL, Encoder, TransformersEncoder
 from .fusion import FusionModel, Ranking, contributions, default_fusion, fit_fusion, fuse
 from .locking import ReadWriteLock
 from .scoring import Features, Queries, features
-from .snapshot import read as read_snapshot, write as write_snapshot
+from .snapshot import SnapshotError, read as read_snapshot, write as write_snapshot
 from .state import MemoryState, Turn
 
 
@@ -116,6 +123,7 @@ class MemoryIndex:
         self.dated = dated
         self.stage_seconds: dict[str, float] = defaultdict(float)  # wall time per stage, summed over calls
         self._lock = ReadWriteLock()
+        self._timing = threading.Lock()
         self._state = MemoryState(self.config, self.dim, self.encoder)
 
     @property
@@ -146,7 +154,7 @@ class MemoryIndex:
             lo, hi = bank.offsets[row], bank.offsets[row + 1]
             utts = [Utterance(t, s, u) for u, s, t in zip(bank.utt_ids[lo:hi], bank.utt_speakers[lo:hi],
                                                           bank.utt_texts[lo:hi])]
-            return Session(session_id, bank.session_dates[row], utts, dict(self._state.metadata[row]))
+            return Session(session_id, bank.session_dates[row], utts, copy.deepcopy(self._state.metadata[row]))
 
     @contextmanager
     def _stage(self, name: str):
@@ -154,7 +162,8 @@ class MemoryIndex:
         try:
             yield
         finally:
-            self.stage_seconds[name] += time.perf_counter() - start
+            with self._timing:  # parallel searches add up their times too
+                self.stage_seconds[name] += time.perf_counter() - start
 
     # ---- writes --------------------------------------------------------------------------------------------------
     def add_sessions(self, sessions: Iterable[Session | Mapping], embeddings: np.ndarray | None = None) -> None:
@@ -234,8 +243,8 @@ class MemoryIndex:
         """The ``k`` best utterances for one question (a list of ``Hit``) or for each of a batch (a list of lists).
 
         ``question_date``: when the question is asked (resolves "last month"; one for all or one per question;
-        default now). ``sessions`` (ids), ``since`` and ``until`` (dates, inclusive) restrict the candidates before
-        ranking (not a filter of the top k).
+        default now). ``sessions`` (ids), ``since`` and ``until`` (dates, inclusive; a calendar day ``until`` covers
+        that whole day) restrict the candidates before ranking (not a filter of the top k).
         """
         single = isinstance(questions, str)
         texts = _texts([questions] if single else _listed(questions, "questions"))
@@ -257,15 +266,17 @@ class MemoryIndex:
             texts = [""] * len(emb)
         else:
             texts = _listed(texts, "texts")
-            if len(texts) != len(emb) or not all(isinstance(t, str) for t in texts):
+            if len(texts) != len(emb):
                 raise ValueError(f"texts: one string per embedding row ({len(emb)}), got {len(texts)} items")
+            for i, t in enumerate(texts):
+                _string(t, f"texts[{i}]")
         _positive_k(k)
         return self._search(emb, texts, k, question_date, sessions, since, until)
 
     def _search(self, emb, texts, k, question_date, sessions, since, until) -> list[list[Hit]]:
         dates = _question_dates(question_date, len(texts), self.dated)
         lo = None if since is None else _when(since, "since", True)
-        hi = None if until is None else _when(until, "until", True)
+        hi = None if until is None else _when(until, "until", True, end_of_day=True)
         wanted = None if sessions is None else _listed(sessions, "sessions")
         with self._lock.read():
             state = self._state
@@ -324,7 +335,7 @@ class MemoryIndex:
             out.append(Hit(bank.utt_ids[row], bank.session_ids[s], bank.utt_speakers[row], bank.utt_texts[row],
                            _iso(bank.session_dates[s]), float(r.scores[i]) if fused else None,
                            dict(zip(self.config.signals, shares[i].tolist())) if fused else {},
-                           dict(state.metadata[s])))
+                           copy.deepcopy(state.metadata[s])))
         return out
 
     # ---- persistence ---------------------------------------------------------------------------------------------
@@ -347,20 +358,21 @@ class MemoryIndex:
             head = documents["index"]
             config = AssoMemConfig.from_json(head["config"])
             fusion = FusionModel.from_json(head["fusion"])
-            saved = head["encoder"]
+            saved_name, saved_model = head["encoder"]["name"], head["encoder"]["model"]
+            dated, dim = bool(head["dated"]), int(head["dim"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: the snapshot's header is not readable ({exc})") from exc
-        if encoder is None and saved["name"] is not None:
-            if saved["model"] is None:
-                raise ValueError(f"encoder: {path} was saved with the encoder {saved['name']!r}; pass it to load")
-            encoder = saved["model"]
-        index = cls(encoder, config, fusion, device, head["dated"], head["dim"])
-        if index._encoder_name != saved["name"]:
-            raise ValueError(f"encoder: {path} was saved with {saved['name']!r}, not {index._encoder_name!r}")
+            raise SnapshotError(f"{path}: the snapshot's header is not readable ({exc!r})") from exc
+        if encoder is None and saved_name is not None:
+            if saved_model is None:
+                raise ValueError(f"encoder: {path} was saved with the encoder {saved_name!r}; pass it to load")
+            encoder = saved_model
+        index = cls(encoder, config, fusion, device, dated, dim)
+        if index._encoder_name != saved_name:
+            raise ValueError(f"encoder: {path} was saved with {saved_name!r}, not {index._encoder_name!r}")
         try:
             index._state = MemoryState.from_snapshot(config, index.encoder, documents, arrays)
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise ValueError(f"{path}: the snapshot is inconsistent ({exc.__class__.__name__}: {exc})") from exc
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise SnapshotError(f"{path}: the snapshot is inconsistent ({exc.__class__.__name__}: {exc})") from exc
         return index
 
 
@@ -376,16 +388,15 @@ def _listed(items, name: str) -> list:
 
 
 def _positive_k(k) -> None:
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k: must be a positive integer, got {k!r}")
 
 
-def _texts(texts: list) -> list[str]:
+def _texts(texts: list, name: str = "questions") -> list[str]:
     for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise TypeError(f"questions[{i}]: must be a string, got {type(t).__name__}")
+        _string(t, f"{name}[{i}]")
         if not t.strip():
-            raise ValueError(f"questions[{i}]: empty or whitespace-only text")
+            raise ValueError(f"{name}[{i}]: empty or whitespace-only text")
     return texts
 
 
@@ -399,6 +410,10 @@ def _get(obj, name: str, where: str, default=...):
 def _string(value, where: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{where}: must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{where}: not valid Unicode text ({exc.reason})") from None
     return value
 
 
@@ -428,22 +443,34 @@ def _session(obj, where: str, dated: bool) -> tuple[str, float, list[Turn], dict
         text = _string(_get(u, "text", at), f"{at}.text")
         if not text.strip():
             raise ValueError(f"{at}.text: empty or whitespace-only")
-        speaker = _string(_get(u, "speaker", at, "") or "", f"{at}.speaker")
+        speaker = _get(u, "speaker", at, "")
+        speaker = "" if speaker is None else _string(speaker, f"{at}.speaker")
         uid = _get(u, "id", at, None)
         uid = f"{sid}:{t}" if uid is None else _string(uid, f"{at}.id")
         if not uid.strip():
             raise ValueError(f"{at}.id: empty")
         turns.append((uid, speaker, text))
-    meta = _get(obj, "metadata", where, None) or {}
+    meta = _get(obj, "metadata", where, None)
+    meta = {} if meta is None else meta
     if not isinstance(meta, Mapping):
         raise TypeError(f"{where}.metadata: must be a mapping, got {type(meta).__name__}")
-    try:
-        import json
+    return sid, when, turns, _plain_json(meta, f"{where}.metadata")
 
-        json.dumps(meta, allow_nan=False)
+
+def _plain_json(meta: Mapping, where: str) -> dict:
+    """A deep copy of ``meta`` as JSON gives it back (so the caller's later changes never reach the index, and a
+    save and load return it unchanged); string keys only, no NaN."""
+    def keys_ok(x) -> bool:
+        if isinstance(x, Mapping):
+            return all(isinstance(k, str) and keys_ok(v) for k, v in x.items())
+        return all(keys_ok(v) for v in x) if isinstance(x, (list, tuple)) else True
+
+    if not keys_ok(meta):
+        raise ValueError(f"{where}: keys must be strings")
+    try:
+        return json.loads(json.dumps(meta, allow_nan=False))
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}.metadata: must be JSON-serialisable ({exc})") from exc
-    return sid, when, turns, dict(meta)
+        raise ValueError(f"{where}: must be JSON-serialisable ({exc})") from exc
 
 
 def _no_duplicates(records) -> None:
@@ -460,20 +487,38 @@ def _no_duplicates(records) -> None:
 
 def _labelled(obj, where: str) -> LabelledQuestion:
     if isinstance(obj, Mapping):
-        obj = LabelledQuestion(**{k: obj[k] for k in obj if k in ("text", "evidence", "type", "date")})
+        extra = set(obj) - {"text", "evidence", "type", "date"}
+        if extra:
+            raise ValueError(f"{where}: unknown fields {sorted(extra)}")
+        obj = LabelledQuestion(_get(obj, "text", where), _get(obj, "evidence", where), obj.get("type"),
+                               obj.get("date"))
     if not isinstance(obj, LabelledQuestion):
         raise TypeError(f"{where}: expected a LabelledQuestion or a mapping, got {type(obj).__name__}")
-    _texts([obj.text])
+    _texts([obj.text], f"{where}.text")
     evidence = _listed(obj.evidence, f"{where}.evidence")
-    for e in evidence:
-        _string(e, f"{where}.evidence")
+    for i, e in enumerate(evidence):
+        _string(e, f"{where}.evidence[{i}]")
     if obj.type is not None:
         _string(obj.type, f"{where}.type")
-    return obj
+    return LabelledQuestion(obj.text, evidence, obj.type, obj.date)
 
 
-def _when(value, where: str, dated: bool, now: bool = False) -> float:
-    """POSIX seconds of a date (see ``Session``). None: now if ``now``, else NaN where dates are optional."""
+def _when(value, where: str, dated: bool, now: bool = False, end_of_day: bool = False) -> float:
+    """POSIX seconds of a date (see ``Session``), between the years 1 and 9999. None: now if ``now``, else NaN where
+    dates are optional. A calendar day is its midnight (UTC), or with ``end_of_day`` its last instant."""
+    ts = _posix(value, where, dated, now)
+    if not math.isnan(ts):
+        try:
+            datetime.fromtimestamp(ts, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(f"{where}: {value!r} lies outside the years 1 to 9999") from None
+        if end_of_day and (isinstance(value, Date) and not isinstance(value, datetime)
+                           or isinstance(value, str) and len(value.strip()) == 10):
+            ts += 86_400.0 - 1e-6
+    return ts
+
+
+def _posix(value, where: str, dated: bool, now: bool) -> float:
     if value is None:
         if now:
             return time.time()

@@ -31,8 +31,12 @@ class ReadWriteLock:
     def write(self) -> Iterator[None]:
         with self._cond:
             self._waiting_writers += 1
-            self._cond.wait_for(lambda: not self._writer and not self._readers)
-            self._waiting_writers -= 1
+            try:
+                self._cond.wait_for(lambda: not self._writer and not self._readers)
+            finally:
+                self._waiting_writers -= 1
+                if not self._waiting_writers:
+                    self._cond.notify_all()  # readers held back by this writer may go on if it gave up
             self._writer = True
         try:
             yield

@@ -2,8 +2,10 @@
 ``add`` and ``remove``.
 
 Rows are the memory's own: utterance ``i`` is the bank's row ``i`` and graph node ``i``. Every derived structure is
-updated by the write that changes it (never on a later read), so searches only read the state. Input is assumed
-valid here; ``index.MemoryIndex`` checks it. ``add`` computes everything that can fail before it changes anything.
+updated by the write that changes it (never on a later read); searches only read the state, but for the cache of the
+times an utterance mentions (``mentioned_times``: filled on first use, the same value whoever fills it). Input is
+assumed valid here; ``index.MemoryIndex`` checks it. ``add`` computes everything that can fail before it changes
+anything.
 """
 from __future__ import annotations
 
@@ -159,6 +161,7 @@ class MemoryState:
                       arrays: dict[str, np.ndarray]) -> "MemoryState":
         state = cls(config, int(arrays["utt_emb"].shape[1]), encoder)
         sessions, utts = documents["sessions"], documents["utterances"]
+        _check_snapshot(sessions, utts, arrays)
         bank = state.bank
         bank.session_ids, bank.session_dates = list(sessions["ids"]), [float(d) for d in sessions["dates"]]
         bank.offsets = [int(o) for o in sessions["offsets"]]
@@ -176,6 +179,29 @@ class MemoryState:
             pairs = (arrays["utt_pairs_i"], arrays["utt_pairs_j"], arrays["utt_pairs_s"])
             state._set_graph(assemble(bank, pairs, clues, state.graph_config))
         return state
+
+
+def _check_snapshot(sessions: dict, utts: dict, arrays: dict) -> None:
+    """Raise ValueError where the parts of a snapshot do not fit together."""
+    offsets = np.asarray(sessions["offsets"], np.int64)
+    n_s, n_u = len(sessions["ids"]), int(offsets[-1]) if len(offsets) else -1
+    checks = {
+        "session offsets": len(offsets) == n_s + 1 and offsets[0] == 0 and bool(np.all(np.diff(offsets) >= 0)),
+        "session dates and metadata": len(sessions["dates"]) == n_s and len(sessions["metadata"]) == n_s,
+        "unique session ids": len(set(sessions["ids"])) == n_s,
+        "utterance ids, speakers and texts": all(len(utts[k]) == n_u for k in ("ids", "speakers", "texts")),
+        "utterance embeddings": arrays["utt_emb"].ndim == 2 and len(arrays["utt_emb"]) == n_u,
+        "clue embeddings": arrays["clue_emb"].shape == (n_s, arrays["utt_emb"].shape[1]),
+        "time flags": len(arrays["has_time"]) == n_u,
+    }
+    if n_s:
+        labels = np.asarray(arrays["clue_labels"])
+        checks["clue labels"] = len(labels) == n_s and labels.min() >= 0 and labels.max() < len(arrays["clue_merged"])
+        pairs = [np.asarray(arrays[f"utt_pairs_{k}"]) for k in "ij"]
+        checks["utterance pairs"] = all(len(p) == 0 or (p.min() >= 0 and p.max() < n_u) for p in pairs)
+    bad = [name for name, ok in checks.items() if not ok]
+    if bad:
+        raise ValueError(f"these parts do not fit together: {', '.join(bad)}")
 
 
 def without_clues(g: MemoryGraph) -> MemoryGraph:

@@ -108,6 +108,16 @@ def test_nothing_of_a_removed_session_stays_reachable():
     assert "quokkafish" not in json.dumps(documents) and "private" not in json.dumps(documents)
 
 
+def test_metadata_is_copied_in_and_out():
+    index = make_index()
+    meta = {"tags": ["a"], "nested": {"k": 1}}
+    index.add_sessions([Session("m", "2024-01-01", [Utterance("hello world")], meta)])
+    meta["tags"].append("changed")
+    hit = index.search("hello", k=1)[0]
+    hit.metadata["tags"].append("changed too")
+    assert index.get_session("m").metadata == {"tags": ["a"], "nested": {"k": 1}}
+
+
 def test_search_hits_carry_ids_text_dates_and_signal_shares():
     index = make_index()
     index.add_sessions(random_sessions(2, 8))
@@ -136,6 +146,7 @@ def test_filters_restrict_the_candidates_not_the_top_k():
     assert len(hits) == min(4, n_allowed) and {h.session_id for h in hits} <= set(wanted)
     old = index.search("apple guitar", k=50, until="2021-01-01")
     assert [h.session_id for h in old] == ["far"]
+    assert [h.session_id for h in index.search("apple", k=50, until="2020-05-01")] == ["far"]  # the whole day
     recent = index.search("note", k=50, since="2022-01-01")
     assert recent and "far" not in {h.session_id for h in recent}
     assert index.search("apple", since="2030-01-01") == []
@@ -182,6 +193,14 @@ def test_broken_snapshots_are_clear_errors(tmp_path):
         snapshot.VERSION = old
     with pytest.raises(SnapshotError, match="version 99"):
         MemoryIndex.load(tmp_path / "v99.npz", encoder=HashingEncoder())
+    short = dict(arrays, utt_emb=arrays["utt_emb"][:-1])
+    write(tmp_path / "short.npz", documents, short)
+    with pytest.raises(SnapshotError, match="utterance embeddings"):
+        MemoryIndex.load(tmp_path / "short.npz", encoder=HashingEncoder())
+    headless = {k: v for k, v in documents.items() if k != "index"}
+    write(tmp_path / "headless.npz", headless, arrays)
+    with pytest.raises(SnapshotError, match="header"):
+        MemoryIndex.load(tmp_path / "headless.npz", encoder=HashingEncoder())
 
 
 def good_session(sid="ok", **changes):
@@ -206,6 +225,11 @@ BAD_ADDS = [
     ([good_session(date=float("nan"))], ValueError, r"sessions\[0\]\.date"),
     ([good_session(colour="red")], ValueError, "unknown fields"),
     ([good_session(metadata={"f": object()})], ValueError, "metadata"),
+    ([good_session(metadata={1: "x"})], ValueError, "keys must be strings"),
+    ([good_session(metadata=[])], TypeError, "metadata"),
+    ([good_session(date=1e20)], ValueError, "years 1 to 9999"),
+    ([good_session(utterances=[{"text": "hi", "speaker": 0}])], TypeError, r"utterances\[0\]\.speaker"),
+    ([good_session(utterances=[{"text": "lone \ud800 surrogate"}])], ValueError, r"utterances\[0\]\.text"),
     ("not a list", TypeError, "sessions"),
 ]
 
@@ -330,6 +354,11 @@ def test_calibrate_fits_weights_from_labelled_questions():
     assert model.types == ["a", "b"] and index.fusion is model and model.to_json() != before
     with pytest.raises(ValueError, match=r"questions\[0\]\.evidence"):
         index.calibrate([{"text": "x", "evidence": ["nope"]}])
+    with pytest.raises(ValueError, match=r"questions\[0\]\.evidence"):
+        index.calibrate([{"text": "x", "evidence": (e for e in ["nope"])}])
+    with pytest.raises(ValueError, match="unknown fields"):
+        index.calibrate([{"text": "x", "evidence": [], "colour": "red"}])
+    assert index.fusion is model
 
 
 def test_default_weights_ship_with_the_package():
