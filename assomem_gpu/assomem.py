@@ -52,7 +52,7 @@ class AssoMem:
         ds = data.dataset
         bank, mem = ds.bank, ds.memories[memory]
         index = MemoryIndex(self.encoder, self.config, self.fusion or fixed_weights(self.config.signals), self.backend,
-                            dated=False, dim=data.utterances.shape[1])
+                            dated=False, dim=data.utterances.shape[1], llm_cache=True)
         records = [(bank.session_ids[s], float(d),
                     list(zip(bank.utt_ids[bank.offsets[s] : bank.offsets[s + 1]],
                              bank.utt_speakers[bank.offsets[s] : bank.offsets[s + 1]],

@@ -57,16 +57,19 @@ def centroid_embeddings(offsets: np.ndarray, utt_emb: np.ndarray) -> np.ndarray:
     return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
-def clue_texts(bank: MemoryBank, sessions: Sequence[int], mode: str, llm: str = "smollm2") -> list[str] | None:
-    """The clue text of each of the bank's ``sessions``, or None for ``centroid``."""
+def clue_texts(bank: MemoryBank, sessions: Sequence[int], mode: str, llm: str = "smollm2",
+               llm_cache: bool = False) -> list[str] | None:
+    """The clue text of each of the bank's ``sessions``, or None for ``centroid``. ``llm_cache``: keep LLM clue texts
+    in the on-disk cache (``llm.ClueCache``) for later runs over the same sessions."""
     if mode == "centroid":
         return None
     if mode == "keywords":
         return [keyword_clue(bank.utt_texts[bank.offsets[s] : bank.offsets[s + 1]]) for s in sessions]
     if mode == "llm":
-        from .llm import llm_clues, make_llm
+        from .llm import ClueCache, llm_clues, make_llm
 
-        return llm_clues(bank, make_llm(llm), progress=False, sessions=sessions)
+        return llm_clues(bank, make_llm(llm), None if llm_cache else ClueCache(":memory:"), progress=False,
+                         sessions=sessions)
     raise ValueError(f"unknown clue mode {mode!r}; choose from {', '.join(CLUE_MODES)}")
 
 

@@ -99,12 +99,14 @@ class MemoryIndex:
     ``clue_mode="centroid"``). ``fusion``: signal weights (default: the shipped weights calibrated on LongMemEval,
     see ``assomem_gpu/weights/README.md``). ``device``: ``auto``, ``cpu``, ``cuda`` or a ``Backend``
     (``backend.get_backend``). ``dated=False`` lets sessions
-    and questions go without dates (meeting transcripts): such sessions match no time window.
+    and questions go without dates (meeting transcripts): such sessions match no time window. ``llm_cache``: in the
+    ``llm`` clue mode, keep the LLM's clue texts in the on-disk cache for later runs (benchmarks); off by default, so
+    that a removed session leaves nothing behind.
     """
 
     def __init__(self, encoder: Encoder | str | None = DEFAULT_MODEL, config: AssoMemConfig | None = None,
                  fusion: FusionModel | None = None, device: str | Backend = "auto", dated: bool = True,
-                 dim: int | None = None):
+                 dim: int | None = None, llm_cache: bool = False):
         self.config = AssoMemConfig() if config is None else config
         if not isinstance(self.config, AssoMemConfig):
             raise TypeError(f"config must be an AssoMemConfig, got {type(self.config).__name__}")
@@ -124,7 +126,7 @@ class MemoryIndex:
         self.stage_seconds: dict[str, float] = defaultdict(float)  # wall time per stage, summed over calls
         self._lock = ReadWriteLock()
         self._timing = threading.Lock()
-        self._state = MemoryState(self.config, self.dim, self.encoder)
+        self._state = MemoryState(self.config, self.dim, self.encoder, llm_cache)
 
     @property
     def _encoder_name(self) -> str | None:

@@ -6,6 +6,7 @@ OpenAI-compatible endpoint (``"openai:<base url>#<model>"``, key from ``$OPENAI_
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -121,7 +122,9 @@ class OpenAICompatibleLLM:
         return out
 
 
+@functools.lru_cache(maxsize=4)
 def make_llm(spec: str = "smollm2") -> LLM:
+    """The LLM ``spec`` names (made once per spec: its weights load on the first prompt and stay)."""
     if spec == "smollm2":
         folder, name = bundled_smollm2()
         return TransformersLLM(folder, name)
@@ -136,12 +139,15 @@ def make_llm(spec: str = "smollm2") -> LLM:
 
 
 class ClueCache:
-    """SQLite store of LLM clue texts keyed by (LLM name, sha256 of the prompt)."""
+    """SQLite store of LLM clue texts keyed by (LLM name, sha256 of the prompt); ``":memory:"`` keeps nothing on disk."""
 
     def __init__(self, path: Path | str | None = None):
-        self.path = Path(path) if path else default_cache_dir() / "clues.sqlite"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=60)
+        if path == ":memory:":
+            self._db = sqlite3.connect(":memory:")
+        else:
+            self.path = Path(path) if path else default_cache_dir() / "clues.sqlite"
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=60)
         self._db.execute("CREATE TABLE IF NOT EXISTS clues (llm TEXT NOT NULL, key BLOB NOT NULL, text TEXT NOT NULL, "
                          "PRIMARY KEY (llm, key)) WITHOUT ROWID")
 

@@ -54,8 +54,8 @@ class Rows:
 class MemoryState:
     """One memory's sessions and everything derived from them (see the module docstring)."""
 
-    def __init__(self, config: AssoMemConfig, dim: int, encoder: Encoder | None = None):
-        self.config, self.encoder, self.dim = config, encoder, dim
+    def __init__(self, config: AssoMemConfig, dim: int, encoder: Encoder | None = None, llm_cache: bool = False):
+        self.config, self.encoder, self.dim, self.llm_cache = config, encoder, dim, llm_cache
         self.bank = MemoryBank()
         self.metadata: list[dict] = []  # per session
         self.emb = Rows(dim)  # per utterance
@@ -84,7 +84,7 @@ class MemoryState:
         one = MemoryBank()
         for sid, date, turns, _ in sessions:
             one.add_session(sid, date, turns)
-        texts = clue_texts(one, range(one.n_sessions), self.config.clue_mode, self.config.llm)
+        texts = clue_texts(one, range(one.n_sessions), self.config.clue_mode, self.config.llm, self.llm_cache)
         clue_emb = clue_embeddings(one.offset_array, emb, texts, self.encoder)
         new_texts = list(one.utt_texts)
         has_time = np.fromiter((mentions_time(t) for t in new_texts), bool, len(new_texts)) \

@@ -6,7 +6,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from assomem_gpu.assomem import AssoMem, AssoMemConfig
+from assomem_gpu.assomem import AssoMem
+from assomem_gpu.config import AssoMemConfig
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder
 from assomem_gpu.llm import ClueCache, OpenAICompatibleLLM, llm_clues, make_llm, session_prompt
@@ -96,3 +97,14 @@ def test_llm_clue_mode_feeds_the_graph(tmp_path, monkeypatch, smollm2, two_sessi
 def test_bad_llm_spec():
     with pytest.raises(ValueError, match="LLM must be"):
         make_llm("gpt-9000")
+
+
+def test_llm_clues_of_a_live_index_stay_off_disk(tmp_path, isolated_cache):
+    from assomem_gpu import MemoryIndex, Session, Utterance
+
+    index = MemoryIndex(HashingEncoder(), AssoMemConfig(clue_mode="llm"), device="cpu")
+    index.add_sessions([Session("a", "2024-01-01", [Utterance("How do I care for leather boots?", "user")])])
+    assert index._state.clue_emb.view.shape == (1, index.dim)
+    index.remove_sessions(["a"])
+    files = [p for p in isolated_cache.rglob("*") if p.is_file()] if isolated_cache.exists() else []
+    assert not any(b"leather" in p.read_bytes() for p in files)
