@@ -35,7 +35,7 @@ class AssoMem:
         self.config, self.fusion, self.encoder, self.name = config, fusion, encoder, name
         self.cache = cache
         self.backend = device if isinstance(device, Backend) else get_backend(device)
-        self._indexes: OrderedDict[int, MemoryIndex] = OrderedDict()
+        self._indexes: OrderedDict[int, tuple[MemoryIndex, np.ndarray]] = OrderedDict()
         self._data: EmbeddedDataset | None = None
 
     @property
@@ -44,6 +44,10 @@ class AssoMem:
 
     def index(self, data: EmbeddedDataset, memory: int) -> MemoryIndex:
         """The index of ``data``'s memory ``memory`` (built from its sessions, with their dates in that memory)."""
+        return self._built(data, memory)[0]
+
+    def _built(self, data: EmbeddedDataset, memory: int) -> tuple[MemoryIndex, np.ndarray]:
+        """The memory's index and the bank row of each of its utterances."""
         if self._data is not data:
             self._data, self._indexes = data, OrderedDict()
         if memory in self._indexes:
@@ -51,6 +55,7 @@ class AssoMem:
             return self._indexes[memory]
         ds = data.dataset
         bank, mem = ds.bank, ds.memories[memory]
+        rows = ds.memory_utterances(memory)
         index = MemoryIndex(self.encoder, self.config, self.fusion or fixed_weights(self.config.signals), self.backend,
                             dated=False, dim=data.utterances.shape[1], llm_cache=True)
         records = [(bank.session_ids[s], float(d),
@@ -58,21 +63,21 @@ class AssoMem:
                              bank.utt_speakers[bank.offsets[s] : bank.offsets[s + 1]],
                              bank.utt_texts[bank.offsets[s] : bank.offsets[s + 1]])), {})
                    for s, d in zip(mem.sessions.tolist(), mem.dates.tolist())]
-        index._add(records, data.utterances[ds.memory_utterances(memory)])
-        self._indexes[memory] = index
+        index._add(records, data.utterances[rows])
+        self._indexes[memory] = index, rows
         while len(self._indexes) > self.cache:
             self._indexes.popitem(last=False)
-        return index
+        return index, rows
 
     def features(self, data: EmbeddedDataset, questions: Sequence[int]) -> list[Features]:
         """Candidates and normalised signals of each question, rows mapped to the dataset's bank rows."""
         ds = data.dataset
         out: dict[int, Features] = {}
         for memory, group in by_memory(ds, questions).items():
-            rows = ds.memory_utterances(memory)
+            index, rows = self._built(data, memory)
             queries = Queries(data.questions[group], [ds.questions[q].text for q in group],
                               np.asarray([ds.questions[q].date for q in group], np.float64))
-            for q, f in zip(group, self.index(data, memory).features(queries)):
+            for q, f in zip(group, index.features(queries)):
                 out[q] = replace(f, candidates=rows[f.candidates], rest=rows[f.rest])
         return [out[q] for q in questions]
 

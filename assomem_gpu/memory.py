@@ -27,10 +27,17 @@ class Question:
 
 @dataclass(frozen=True)
 class Memory:
-    """The sessions one question (or a group of questions) can search, with their dates in this memory."""
+    """The sessions one question (or a group of questions) can search, with their dates in this memory. A session
+    listed twice (some LongMemEval haystacks do) is held once, at its first place and date."""
 
     sessions: np.ndarray  # bank session rows (int64)
     dates: np.ndarray  # float64 POSIX seconds per listed session; NaN when unknown
+
+    def __post_init__(self):
+        sessions, dates = np.asarray(self.sessions, np.int64), np.asarray(self.dates, np.float64)
+        first = np.sort(np.unique(sessions, return_index=True)[1])
+        object.__setattr__(self, "sessions", sessions[first])
+        object.__setattr__(self, "dates", dates[first])
 
 
 @dataclass

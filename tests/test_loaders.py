@@ -211,3 +211,18 @@ def test_jsonl_numeric_zero_ids_are_kept(tmp_path):
     path.write_text("\n".join(json.dumps(x) for x in lines))
     ds = load_dataset(f"jsonl:{path}")
     assert ds.bank.utt_ids == ["0"] and ids(ds, ds.questions[0].evidence) == ["0"]
+
+
+def test_a_session_listed_twice_is_held_once(tmp_path, lme_items):
+    item = lme_items[0]
+    item["haystack_session_ids"].append(item["haystack_session_ids"][1])
+    item["haystack_sessions"].append(item["haystack_sessions"][1])
+    item["haystack_dates"].append("2024/01/01 (Mon) 00:00")
+    path = tmp_path / "dup.json"
+    path.write_text(json.dumps(lme_items))
+    ds = load_dataset(f"longmemeval:{path}")
+    mem = ds.memories[0]
+    assert len(mem.sessions) == 3 and len(set(mem.sessions.tolist())) == 3
+    rows = ds.memory_utterances(0)
+    assert len(rows) == len(set(rows.tolist()))
+    assert mem.dates[1] < 1_700_000_000  # its first date (2023), not the repeat's (2024)
