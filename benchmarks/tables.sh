@@ -18,3 +18,6 @@ for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
 done
 run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method flat-dense,bm25,session-utterance,topic-grouping,assomem \
     --output "$OUT/longmemeval_l2500_methods.json"
+# the shipped fusion weights (assomem_gpu/weights/README.md) applied to MeetingQA, which they never saw
+run --dataset "$MQA" --method assomem --weights assomem_gpu/weights/default.json \
+    --output "$OUT/meetingqa_assomem_shipped_weights.json"
