@@ -13,6 +13,7 @@ import numpy as np
 
 from .backend import Backend
 from .config import AssoMemConfig
+from .graph import MemoryGraph
 from .retrieve import top_k
 from .signals.temporal import parse_constraint, temporal_scores
 from .state import MemoryState
@@ -101,7 +102,7 @@ def _features(state: MemoryState, queries: Queries, config: AssoMemConfig, backe
     return out
 
 
-def candidates(g, rel: np.ndarray, queries: Queries, config: AssoMemConfig) -> list[np.ndarray]:
+def candidates(g: MemoryGraph, rel: np.ndarray, queries: Queries, config: AssoMemConfig) -> list[np.ndarray]:
     """Per question (rows of ``rel``, its cosines to the memory's utterances; -inf where a filter excludes one), the
     utterance rows of the two-step candidates: the utterances of the top clues, more clues (best first) until there
     are ``min_candidates``."""
@@ -141,9 +142,9 @@ def teleport(cosines: np.ndarray, n_nodes: int) -> np.ndarray:
     return t.T
 
 
-def importance(g, rel: np.ndarray, local: list[np.ndarray], config: AssoMemConfig, backend: Backend) -> list[np.ndarray]:
+def importance(g: MemoryGraph, rel: np.ndarray, local: list[np.ndarray], config: AssoMemConfig, backend: Backend) -> list[np.ndarray]:
     """The candidates' PPR scores, every question in one batched power iteration over the memory's graph."""
-    tele = teleport(np.where(np.isfinite(rel), rel, 0.0), g.n_nodes)
+    tele = teleport(rel, g.n_nodes)  # a filter's -inf clips to 0 like any negative cosine
     r, _ = backend.ppr(backend.csr(g.transition), backend.asarray(tele), config.damping, config.tol, config.max_iter)
     rows = np.concatenate(local) if local else np.zeros(0, np.int64)
     cols = np.repeat(np.arange(len(local)), [len(c) for c in local])
