@@ -200,7 +200,7 @@ def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single
     after = [[h.utterance_id for h in hits] for hits in search(probe)]
     rebuilt = MemoryIndex(encoder, config, fusion, device, dated=False, dim=index.dim)
     held = [index.get_session(s) for s in index.session_ids]
-    rebuilt.add_sessions(held, np.concatenate([index._state.emb.view]))  # the same vectors, from scratch
+    rebuilt.add_sessions(held, index._state.emb.view)  # the same vectors, from scratch
     same = [[h.utterance_id for h in hits]
             for hits in rebuilt.search_embeddings(qs[probe], [texts[i] for i in probe], question_date=when[probe])]
     reloaded = [[h.utterance_id for h in hits]

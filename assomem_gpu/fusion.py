@@ -182,6 +182,7 @@ class Ranking:
 
     rows: np.ndarray
     scores: np.ndarray  # float64 fused scores of rows[: len(scores)]
+    weights: np.ndarray  # (n_signals,) the weights the question's signals were fused with
 
 
 def fuse(feats: Sequence, q_emb: np.ndarray, model: FusionModel, temperature: float, depth: int,
@@ -213,7 +214,7 @@ def fuse(feats: Sequence, q_emb: np.ndarray, model: FusionModel, temperature: fl
         head = np.concatenate([f.candidates[best], f.candidates[others]])
         tail = f.rest[top_k(f.rest_relevance[None], min(depth - len(head), len(f.rest)))[0]] \
             if len(head) < depth else f.rest[:0]
-        out.append(Ranking(np.concatenate([head, tail]), fused[b, : min(n, depth)]))
+        out.append(Ranking(np.concatenate([head, tail]), fused[b, : min(n, depth)], weights[b]))
     return out
 
 

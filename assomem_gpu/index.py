@@ -283,12 +283,12 @@ class MemoryIndex:
         with self._lock.read():
             state = self._state
             allowed = self._allowed(wanted, lo, hi)
-            queries = Queries(emb, list(texts), dates, None if allowed is None else np.tile(allowed, (len(texts), 1)))
+            queries = Queries(emb, list(texts), dates,
+                              None if allowed is None else np.broadcast_to(allowed, (len(texts), len(allowed))))
             feats = self.features(queries)
             with self._stage("fusion+topk"):
                 ranked = self.rank(feats, emb, k)
-                weights = self.fusion.weights(emb, np.stack([f.active for f in feats])) if feats else None
-            return [self._hits(state, f, r, weights[b]) for b, (f, r) in enumerate(zip(feats, ranked))]
+            return [self._hits(state, f, r) for f, r in zip(feats, ranked)]
 
     def _allowed(self, sessions: list | None, since: float | None, until: float | None) -> np.ndarray | None:
         if sessions is None and since is None and until is None:
@@ -323,14 +323,14 @@ class MemoryIndex:
         the index's weights)."""
         return fuse(feats, emb, fusion or self.fusion, self.config.temperature, depth, self.backend.fused_topk)
 
-    def _hits(self, state: MemoryState, f: Features, r: Ranking, weights: np.ndarray) -> list[Hit]:
+    def _hits(self, state: MemoryState, f: Features, r: Ranking) -> list[Hit]:
         bank = state.bank
         session_of = np.searchsorted(bank.offset_array, r.rows, side="right") - 1
         n = len(r.scores)
         shares = None
         if n:
             pos = np.searchsorted(f.candidates, r.rows[:n])  # candidates are sorted rows
-            shares = contributions(f.scores, weights, self.config.temperature)[pos]
+            shares = contributions(f.scores, r.weights, self.config.temperature)[pos]
         out = []
         for i, (row, s) in enumerate(zip(r.rows.tolist(), session_of.tolist())):
             fused = i < n
