@@ -3,7 +3,11 @@
 The live memory is ``MemoryIndex`` (add sessions, remove them, search with text, save, load); the benchmark tools
 (``python -m assomem_gpu.eval``, ``.calibrate``, ``.bench``) run the same engine.
 """
-from .config import AssoMemConfig
+from .kernels.parallel import prefer_passive_openmp
+
+prefer_passive_openmp()  # before anything imports torch
+
+from .config import AssoMemConfig  # noqa: E402
 from .data import DataFormatError, load_dataset
 from .encode import CachedEncoder, EmbeddingCache, HashingEncoder, TransformersEncoder, make_encoder
 from .eval import evaluate

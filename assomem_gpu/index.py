@@ -337,7 +337,7 @@ class MemoryIndex:
             out.append(Hit(bank.utt_ids[row], bank.session_ids[s], bank.utt_speakers[row], bank.utt_texts[row],
                            _iso(bank.session_dates[s]), float(r.scores[i]) if fused else None,
                            dict(zip(self.config.signals, shares[i].tolist())) if fused else {},
-                           copy.deepcopy(state.metadata[s])))
+                           copy.deepcopy(state.metadata[s]) if state.metadata[s] else {}))
         return out
 
     # ---- persistence ---------------------------------------------------------------------------------------------

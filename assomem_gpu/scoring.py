@@ -48,11 +48,18 @@ class Features:
     rest_relevance: np.ndarray  # their cosine to the question: they follow the candidates in this order
 
 
-def zscore(x: np.ndarray) -> np.ndarray:
-    if len(x) == 0:
-        return x
-    sd = x.std()
-    return (x - x.mean()) / sd if sd > 1e-12 else np.zeros_like(x)
+def zscore(x: np.ndarray, owner: np.ndarray, n_groups: int) -> np.ndarray:
+    """Each column of ``x`` (rows, signals) z-scored within the groups ``owner`` gives its rows (float64); a group
+    whose column is constant gets zeros."""
+    counts = np.maximum(np.bincount(owner, minlength=n_groups), 1)
+    out = np.empty_like(x, dtype=np.float64)
+    for s in range(x.shape[1]):
+        col = x[:, s].astype(np.float64)
+        d = col - (np.bincount(owner, col, n_groups) / counts)[owner]
+        sd = np.sqrt(np.bincount(owner, d * d, n_groups) / counts)
+        ok = sd > 1e-12
+        out[:, s] = np.where(ok[owner], d / np.where(ok, sd, 1.0)[owner], 0.0)
+    return out
 
 
 def features(state: MemoryState, queries: Queries, config: AssoMemConfig, backend: Backend,
@@ -75,30 +82,34 @@ def _features(state: MemoryState, queries: Queries, config: AssoMemConfig, backe
         rel = queries.emb @ state.emb.view.T  # (B, n_utt)
         masked = rel if queries.allowed is None else np.where(queries.allowed, rel, -np.inf)
         local = candidates(g, masked, queries, config)
-    with stage("ppr"):
-        ppr = importance(g, masked, local, config, backend) if "importance" in config.signals else None
-    with stage("lexical"):
-        lex = state.lexical.scores(queries.texts) if "lexical" in config.signals else None
+    counts = np.fromiter(map(len, local), np.int64, len(local))
+    rows = np.concatenate(local)
+    owner = np.repeat(np.arange(len(local)), counts)  # the question of each candidate
+    signals = np.empty((len(rows), len(config.signals)))
+    for s, name in enumerate(config.signals):
+        if name == "relevance":
+            signals[:, s] = rel[owner, rows]
+        elif name == "importance":
+            with stage("ppr"):
+                signals[:, s] = np.log(np.maximum(importance(g, masked, rows, owner, config, backend), 1e-30))
+        elif name == "lexical":
+            with stage("lexical"):
+                signals[:, s] = state.lexical.scores(queries.texts, local)
+        else:
+            with stage("temporal"):
+                signals[:, s] = np.concatenate([temporal(state, queries.texts[j], float(queries.dates[j]), local[j])
+                                                for j in range(len(local))])
+    z = zscore(signals, owner, len(local))
+    active = np.ones((len(local), len(config.signals)), bool)
+    if "temporal" in config.signals:  # a question without a time constraint has no temporal signal
+        t = config.signals.index("temporal")
+        active[:, t] = np.bincount(owner, z[:, t] != 0, len(local)) > 0
     out = []
-    for j in range(len(queries)):
-        cand = local[j]
-        cols, active = [], []
-        for name in config.signals:
-            if name == "relevance":
-                col = rel[j, cand]
-            elif name == "importance":
-                col = np.log(np.maximum(ppr[j], 1e-30))
-            elif name == "lexical":
-                col = lex[j, cand]
-            else:
-                with stage("temporal"):
-                    col = temporal(state, queries.texts[j], float(queries.dates[j]), cand)
-            cols.append(zscore(col.astype(np.float64)))
-            active.append(bool(np.any(cols[-1] != 0)) if name == "temporal" else True)
+    for j, (cand, lo) in enumerate(zip(local, np.cumsum(counts) - counts)):
         rest_mask = np.ones(g.n_utt, bool) if queries.allowed is None else queries.allowed[j].copy()
         rest_mask[cand] = False
         rest = np.flatnonzero(rest_mask)
-        out.append(Features(cand, np.stack(cols, axis=1), np.asarray(active), rest, rel[j, rest]))
+        out.append(Features(cand, z[lo : lo + len(cand)], active[j], rest, rel[j, rest]))
     return out
 
 
@@ -142,14 +153,13 @@ def teleport(cosines: np.ndarray, n_nodes: int) -> np.ndarray:
     return t.T
 
 
-def importance(g: MemoryGraph, rel: np.ndarray, local: list[np.ndarray], config: AssoMemConfig, backend: Backend) -> list[np.ndarray]:
-    """The candidates' PPR scores, every question in one batched power iteration over the memory's graph."""
+def importance(g: MemoryGraph, rel: np.ndarray, rows: np.ndarray, owner: np.ndarray, config: AssoMemConfig,
+               backend: Backend) -> np.ndarray:
+    """PPR scores of the utterance ``rows`` for the questions ``owner`` (rows of ``rel``), every question in one
+    batched power iteration over the memory's graph."""
     tele = teleport(rel, g.n_nodes)  # a filter's -inf clips to 0 like any negative cosine
     r, _ = backend.ppr(backend.csr(g.transition), backend.asarray(tele), config.damping, config.tol, config.max_iter)
-    rows = np.concatenate(local) if local else np.zeros(0, np.int64)
-    cols = np.repeat(np.arange(len(local)), [len(c) for c in local])
-    flat = backend.to_host(r[backend.asarray(rows), backend.asarray(cols)])  # one gather and copy for the batch
-    return np.split(flat, np.cumsum([len(c) for c in local])[:-1])
+    return backend.to_host(r[backend.asarray(rows), backend.asarray(owner)])  # one gather and copy for the batch
 
 
 def temporal(state: MemoryState, text: str, date: float, cand: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ anything.
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import replace
 from itertools import compress
 from typing import Sequence
@@ -30,7 +31,7 @@ class Rows:
     """A float32 matrix that grows by appended rows in amortised O(rows) (a buffer with doubling room)."""
 
     def __init__(self, dim: int, data: np.ndarray | None = None):
-        self._buf = np.zeros((0, dim), np.float32) if data is None else np.array(data, np.float32)
+        self._buf = np.zeros((0, dim), np.float32) if data is None else np.array(data, np.float32, order="C")
         self.n = len(self._buf)
 
     @property
@@ -47,8 +48,17 @@ class Rows:
         self.n += k
 
     def keep(self, mask: np.ndarray) -> None:
-        self._buf = np.ascontiguousarray(self.view[mask])  # a fresh buffer: removed rows leave memory
-        self.n = len(self._buf)
+        """Keep the rows where ``mask`` is True, in order, in place (the room stays for later appends); the rows
+        after the first removed one move up and the freed rows are zeroed, so a removed row leaves memory."""
+        edges = np.flatnonzero(np.diff(np.concatenate([[False], mask, [False]]).astype(np.int8)))
+        kept = 0
+        for start, end in zip(edges[::2].tolist(), edges[1::2].tolist()):  # runs of kept rows: block moves
+            if start != kept:  # memmove: overlapping rows move without a temporary copy
+                ctypes.memmove(self._buf[kept:].ctypes.data, self._buf[start:].ctypes.data,
+                               (end - start) * self._buf.strides[0])
+            kept += end - start
+        self._buf[kept : self.n] = 0.0
+        self.n = kept
 
 
 class MemoryState:

@@ -97,8 +97,11 @@ def test_nothing_of_a_removed_session_stays_reachable():
                      {"tag": "private"})
     index.add_sessions([secret])
     assert any(h.session_id == "secret" for h in index.search("quokkafish zanzibarian", k=3))
+    vectors = index._state.emb.view[-1].copy(), index._state.clue_emb.view[-1].copy()
     index.remove_sessions(["secret"])
     state = index._state
+    for rows, vector in zip((state.emb, state.clue_emb), vectors):  # not even in the buffers' spare room
+        assert not (rows._buf == vector).all(axis=1).any()
     assert "secret" not in state.bank.session_ids and all("quokkafish" not in t for t in state.bank.utt_texts)
     assert not any(k.startswith("quokka") or k.startswith("zanzibar") for k in state.lexical.vocab)
     assert {"tag": "private"} not in state.metadata and len(state._mentions) == state.n_utterances

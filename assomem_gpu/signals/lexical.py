@@ -63,21 +63,38 @@ class BM25Index:
         csc = counts.tocsc()
         self._docs, self._starts, self._tf = csc.indices, csc.indptr, csc.data.astype(np.float64)
 
-    def scores(self, queries: Sequence[str]) -> np.ndarray:
-        """(len(queries), n_texts) float32 BM25 scores."""
+    def scores(self, queries: Sequence[str], rows: Sequence[np.ndarray] | None = None) -> np.ndarray:
+        """BM25 scores, float32: (len(queries), n_texts); with ``rows`` (one array of text rows per query), only each
+        query's scores at its rows, concatenated (a search needs its candidates' alone)."""
         n = self.counts.shape[0]
-        out = np.zeros((len(queries), n), np.float64)
         mean = self._lengths.mean() if n and self._lengths.sum() > 0 else 1.0
-        for j, tokens in enumerate(self.tokenize(queries)):
-            for t in tokens:
-                term = self.vocab.get(t)
-                if term is None:
-                    continue
-                lo, hi = self._starts[term], self._starts[term + 1]
-                docs, tf = self._docs[lo:hi], self._tf[lo:hi]
-                idf = np.log(1 + (n - (hi - lo) + 0.5) / (hi - lo + 0.5))
-                out[j, docs] += idf * (tf / (tf + self.K1 * (1 - self.B + self.B * self._lengths[docs] / mean)))
-        return out.astype(np.float32)
+        tokens = self.tokenize(queries)
+        if rows is None:
+            out = np.zeros((len(queries), n), np.float64)
+            for j, terms in enumerate(tokens):
+                self._accumulate(terms, out[j], n, mean)
+            return out.astype(np.float32)
+        row, parts = np.zeros(n, np.float64), []
+        for terms, at in zip(tokens, rows):
+            touched = self._accumulate(terms, row, n, mean)
+            parts.append(row[at].astype(np.float32))
+            for docs in touched:
+                row[docs] = 0.0
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def _accumulate(self, terms: list[str], row: np.ndarray, n: int, mean: float) -> list[np.ndarray]:
+        """Add one query's term weights into ``row`` (one entry per text); returns the postings it touched."""
+        touched = []
+        for t in terms:
+            term = self.vocab.get(t)
+            if term is None:
+                continue
+            lo, hi = self._starts[term], self._starts[term + 1]
+            docs, tf = self._docs[lo:hi], self._tf[lo:hi]
+            idf = np.log(1 + (n - (hi - lo) + 0.5) / (hi - lo + 0.5))
+            row[docs] += idf * (tf / (tf + self.K1 * (1 - self.B + self.B * self._lengths[docs] / mean)))
+            touched.append(docs)
+        return touched
 
     def to_arrays(self) -> tuple[list[str], dict[str, np.ndarray]]:
         """The vocabulary (term of each column) and the term-count CSR arrays, for ``from_arrays``."""
