@@ -1,8 +1,9 @@
 """Packaging entry point. Metadata lives in pyproject.toml; this file only adds the optional CUDA C++ build.
 
 When ``cmake`` and ``nvcc`` are on PATH (and ``ASSOMEM_BUILD_CUDA`` is not ``0``), ``kernels/`` is compiled with
-CMake into ``assomem_gpu/_cuda/``. Without them, or if the build fails, installation goes on without the library:
-the package falls back to its library code paths.
+CMake into ``assomem_gpu/_cuda/``, for the CUDA major version ``ASSOMEM_CUDA_MAJOR`` (CMake's default: 12, that of
+the ``gpu`` extra; an nvcc of another major builds nothing). Without them, or if the build fails, installation goes
+on without the library: the package falls back to its library code paths.
 """
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def build_cuda_kernels(dest: Path) -> bool:
         return False
     with tempfile.TemporaryDirectory() as build:
         try:
-            subprocess.run(["cmake", "-S", str(ROOT), "-B", build, f"-DASSOMEM_OUTPUT_DIR={dest}"], check=True,
+            major = [f"-DASSOMEM_CUDA_MAJOR={os.environ['ASSOMEM_CUDA_MAJOR']}"] \
+                if os.environ.get("ASSOMEM_CUDA_MAJOR") else []
+            subprocess.run(["cmake", "-S", str(ROOT), "-B", build, f"-DASSOMEM_OUTPUT_DIR={dest}", *major], check=True,
                            stdout=subprocess.DEVNULL)
             subprocess.run(["cmake", "--build", build, "-j2"], check=True, stdout=subprocess.DEVNULL)
         except (subprocess.CalledProcessError, OSError) as exc:

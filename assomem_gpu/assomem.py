@@ -119,7 +119,7 @@ HYBRID_BASELINES = {
 
 
 def make_assomem(name: str, config: AssoMemConfig, encoder: Encoder, fusion: FusionModel | None = None,
-                 device: str = "auto") -> AssoMem:
+                 device: str | Backend = "auto") -> AssoMem:
     """``assomem`` with ``config``, or one of the hybrid baselines (relevance only, fixed weights)."""
     if name == "assomem":
         return AssoMem(config, fusion, encoder, device=device)

@@ -1,27 +1,51 @@
-"""CPU and CUDA backends: the array module, the sparse module and the kernels every retrieval stage takes.
+"""Backends: the array module every retrieval stage takes, and for each component of a search the implementation
+that runs it, chosen one component at a time with the reason (as xformers dispatches its attention kernels).
 
-``get_backend("auto")`` picks CUDA only when CuPy imports, a device answers and the Numba kernel compiles on it;
-otherwise it returns the CPU backend and ``cuda_unavailable_reason()`` says why. No stage branches on the device:
-each takes ``backend.xp`` / ``backend.sparse`` / ``backend.ppr`` / ``backend.fused_topk``.
+Components: ``arrays`` (CuPy on the device, else numpy), ``ppr_step`` (one PPR iteration: the CUDA C++ step, else
+cuSPARSE SpMM, else the array library's product; on the CPU the Numba twin runs the whole iteration),
+``fused_topk`` (the Numba CUDA kernel, else its Numba CPU twin) and ``similarity_search`` (the graph build's range
+search). Each GPU candidate is probed once per process by a real call on a tiny input; a failure is the reason the
+next candidate runs, logged (logger ``assomem_gpu.backend``) and kept in ``Backend.components``, which every
+results JSON records. No stage branches on the device: each takes ``backend.xp`` / ``backend.ppr`` /
+``backend.fused_topk`` / ``backend.csr``.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
-from typing import Any, Callable
+import logging
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
 
 import numpy as np
+
+log = logging.getLogger(__name__)
+
+PPR_CHECK_EVERY = 4  # on the device, the PPR residual is read back every 4 iterations (each read is a sync)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The implementation that runs one component, and why it was chosen."""
+
+    impl: str  # e.g. "cuda: Numba CUDA kernel"
+    reason: str  # "preferred", or why the better candidates cannot run
+
+    def to_json(self) -> dict:
+        return {"impl": self.impl, "reason": self.reason}
 
 
 @dataclass(frozen=True)
 class Backend:
-    name: str  # "cpu" or "cuda"
+    name: str  # "cpu" or "cuda": where the arrays live
     device: str  # human-readable description
     xp: Any  # numpy or cupy
     sparse: Any  # scipy.sparse or cupyx.scipy.sparse
     ppr: Callable  # batched PPR: kernels.ppr_cpu.personalized_pagerank_cpu / signals.importance.personalized_pagerank
     fused_topk: Callable  # kernels.fused_topk.fused_topk_cpu / fused_topk_cuda
     max_batch: int  # questions per pass: a CPU pass stays within its cache and its allocator's reused memory
+    components: Mapping[str, Choice] = field(default_factory=dict)
+    _uploads: dict = field(default_factory=dict, compare=False, repr=False)  # id(host matrix) -> (its ref, upload)
 
     def asarray(self, x, dtype=None):
         return self.xp.asarray(x, dtype=dtype)
@@ -30,30 +54,31 @@ class Backend:
         return x.get() if hasattr(x, "get") else np.asarray(x)
 
     def csr(self, matrix):
-        """A scipy CSR matrix on this backend (on the device with int32 indices, as cuSPARSE and the C++ step take)."""
+        """A scipy CSR matrix on this backend: on the device with int32 indices (as cuSPARSE and the C++ step take),
+        uploaded once per matrix object (a memory's graph is a new object per write, so once per index version)."""
         if self.name == "cpu":
             return matrix
+        found = self._uploads.get(id(matrix))
+        if found is not None and found[0]() is matrix:
+            return found[1]
         m = matrix.tocsr()
-        return self.sparse.csr_matrix((self.xp.asarray(m.data, dtype=np.float32), self.xp.asarray(m.indices, dtype=np.int32),
-                                       self.xp.asarray(m.indptr, dtype=np.int32)), shape=m.shape)
+        upload = self.sparse.csr_matrix((self.xp.asarray(m.data, dtype=np.float32),
+                                         self.xp.asarray(m.indices, dtype=np.int32),
+                                         self.xp.asarray(m.indptr, dtype=np.int32)), shape=m.shape)
+        self._uploads[id(matrix)] = weakref.ref(matrix), upload
+        weakref.finalize(matrix, self._uploads.pop, id(matrix), None)  # the device copy goes with the version
+        return upload
+
+    def describe(self) -> dict:
+        """The backend as results files record it: where it runs and what runs each component, with reasons."""
+        return {"backend": self.name, "device": self.device,
+                "components": {k: v.to_json() for k, v in self.components.items()}}
 
 
-def cpu_backend() -> Backend:
-    import os
-    import platform
-
-    import scipy.sparse
-
-    from .kernels.fused_topk import fused_topk_cpu
-    from .kernels.ppr_cpu import personalized_pagerank_cpu
-
-    return Backend("cpu", f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)", np, scipy.sparse,
-                   personalized_pagerank_cpu, fused_topk_cpu, max_batch=256)
-
-
+# ---- probes: None when the candidate runs here, else why not (once per process) ---------------------------------
 @functools.lru_cache(maxsize=1)
-def cuda_unavailable_reason() -> str | None:
-    """Why the CUDA backend cannot run here, or None when it can."""
+def cupy_reason() -> str | None:
+    """CuPy arrays on a CUDA device."""
     try:
         import cupy
         import cupyx.scipy.sparse  # noqa: F401
@@ -62,39 +87,145 @@ def cuda_unavailable_reason() -> str | None:
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return "no CUDA device"
+        if int((cupy.arange(3) ** 2).sum()) != 5:
+            return "CuPy computed a wrong sum on the device"
     except Exception as exc:
-        return f"no CUDA device ({exc})"
+        return f"no usable CUDA device ({exc.__class__.__name__}: {exc})"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def spmm_reason() -> str | None:
+    """cuSPARSE SpMM into a preallocated buffer (cupyx.cusparse.spmm), checked on a tiny product."""
+    if cupy_reason():
+        return cupy_reason()
+    try:
+        import cupy
+        import cupyx.scipy.sparse as csp
+
+        a = csp.csr_matrix(cupy.asarray([[0, 2], [1, 0]], dtype=cupy.float32))
+        out = cupy.ones((2, 2), cupy.float32, order="F")
+        _spmm_into(a, cupy.asarray([[1, 2], [3, 4]], cupy.float32, order="F"), out)
+        if out.get().tolist() != [[7.0, 9.0], [2.0, 3.0]]:
+            return "cuSPARSE SpMM gave a wrong product on a tiny input"
+    except Exception as exc:
+        return f"cuSPARSE SpMM does not run ({exc.__class__.__name__}: {exc})"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def numba_cuda_reason() -> str | None:
+    """The Numba CUDA fused top-K kernel, compiled and run on a tiny input against its CPU twin."""
+    if cupy_reason():
+        return cupy_reason()
     try:
         from numba import cuda
 
         if not cuda.is_available():
             return "numba cannot use the CUDA device"
-        from .kernels.fused_topk import fused_topk_cuda
+        from .kernels.fused_topk import fused_topk_cpu, fused_topk_cuda
 
-        fused_topk_cuda(np.zeros((1, 2, 1), np.float32), np.array([2]), np.ones((1, 1), np.float32), 1.0, 1)
+        args = (np.array([[[0.5], [2.0], [1.0]]], np.float32), np.array([3]), np.ones((1, 1), np.float32), 1.0, 2)
+        got, want = fused_topk_cuda(*args), fused_topk_cpu(*args)
+        if not (np.array_equal(got[0], want[0]) and np.allclose(got[1], want[1])):
+            return "the Numba CUDA fused top-K disagrees with its CPU twin on a tiny input"
     except Exception as exc:
         return f"the Numba CUDA kernel does not compile or run ({exc.__class__.__name__}: {exc})"
     return None
 
 
+def cuda_unavailable_reason() -> str | None:
+    """Why the CUDA backend (CuPy arrays on a device) cannot run here, or None when it can."""
+    return cupy_reason()
+
+
+def _spmm_into(scaled, r, out) -> None:
+    from cupyx import cusparse
+
+    cusparse.spmm(scaled, r, c=out, alpha=1.0, beta=1.0)  # out = scaled @ r + out, in place
+
+
+def _cusparse_step(scaled, r, base, out, residual) -> None:
+    """A PPR step with cuSPARSE: out = scaled @ r + base without a temporary, then the per-column L1 change."""
+    import cupy
+
+    cupy.copyto(out, base)
+    _spmm_into(scaled, r, out)
+    _l1_change(out, r, residual)
+
+
+@functools.lru_cache(maxsize=1)
+def _l1_kernel():
+    import cupy
+
+    return cupy.ReductionKernel("T x, T y", "T z", "abs(x - y)", "a + b", "z = a", "0", "l1_change")
+
+
+def _l1_change(out, r, residual) -> None:
+    _l1_kernel()(out, r, residual, axis=0)
+
+
+# ---- backends ------------------------------------------------------------------------------------------------------
+def cpu_backend(why: str = "device='cpu'") -> Backend:
+    import os
+    import platform
+
+    import scipy.sparse
+
+    from .kernels.fused_topk import fused_topk_cpu
+    from .kernels.ppr_cpu import personalized_pagerank_cpu
+
+    components = {"arrays": Choice("cpu: numpy", why),
+                  "ppr_step": Choice("cpu: Numba, the whole iteration fused (kernels/ppr_cpu.py)", why),
+                  "fused_topk": Choice("cpu: Numba parallel twin", why),
+                  "similarity_search": _similarity_choice()}
+    return Backend("cpu", f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)", np, scipy.sparse,
+                   personalized_pagerank_cpu, fused_topk_cpu, max_batch=256, components=components)
+
+
 def cuda_backend() -> Backend:
-    reason = cuda_unavailable_reason()
+    reason = cupy_reason()
     if reason is not None:
         raise RuntimeError(f"CUDA backend unavailable: {reason}")
     import cupy
     import cupyx.scipy.sparse
 
-    from .kernels.fused_topk import fused_topk_cuda
-    from .signals.importance import personalized_pagerank
+    from .kernels import cuda_lib
+    from .kernels.fused_topk import fused_topk_cpu, fused_topk_cuda
+    from .signals.importance import library_step, personalized_pagerank
 
+    lib = cuda_lib.load()
+    if lib is not None:
+        step, step_choice = functools.partial(cuda_lib.ppr_step, lib), Choice("cuda: C++ step (kernels/ppr_step.cu)",
+                                                                              "preferred")
+    elif spmm_reason() is None:
+        step, step_choice = _cusparse_step, Choice("cuda: cuSPARSE SpMM (CuPy)", cuda_lib.unavailable_reason())
+    else:
+        step, step_choice = library_step, Choice("cuda: CuPy sparse product",
+                                                 f"{cuda_lib.unavailable_reason()}; {spmm_reason()}")
+    topk_reason = numba_cuda_reason()
+    topk, topk_choice = (fused_topk_cuda, Choice("cuda: Numba CUDA kernel", "preferred")) if topk_reason is None \
+        else (fused_topk_cpu, Choice("cpu: Numba parallel twin", topk_reason))
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return Backend("cuda", name, cupy, cupyx.scipy.sparse, functools.partial(personalized_pagerank, xp=cupy),
-                   fused_topk_cuda, max_batch=4096)
+    components = {"arrays": Choice("cuda: CuPy", "preferred"), "ppr_step": step_choice, "fused_topk": topk_choice,
+                  "similarity_search": _similarity_choice()}
+    ppr = functools.partial(personalized_pagerank, xp=cupy, step=step, check_every=PPR_CHECK_EVERY)
+    return Backend("cuda", name, cupy, cupyx.scipy.sparse, ppr, topk, max_batch=4096, components=components)
+
+
+def _similarity_choice() -> Choice:
+    """The graph build's range search (``graph._range_search``) runs on the CPU: FAISS's GPU indexes have none."""
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return Choice("cpu: numpy GEMM", "faiss is not installed; FAISS GPU indexes have no range search")
+    return Choice("cpu: FAISS range search", "preferred (FAISS GPU indexes have no range search)")
 
 
 def get_backend(device: str = "auto", ppr: str = "batched") -> Backend:
-    """``"cpu"``, ``"cuda"`` (an error saying why if it cannot run) or ``"auto"``.
+    """``"cpu"``, ``"cuda"`` (an error saying why if CuPy cannot run; other components fall back one by one) or
+    ``"auto"`` (CUDA where CuPy runs). Every component's choice is logged.
 
     ``ppr="cugraph"`` swaps in one-question-at-a-time PageRank on cuGraph (via nx-cugraph) for a single graph too
     large for the batched buffers; an error says why when it is not installed.
@@ -104,16 +235,22 @@ def get_backend(device: str = "auto", ppr: str = "batched") -> Backend:
     elif device == "cuda":
         backend = cuda_backend()
     elif device == "auto":
-        backend = cpu_backend() if cuda_unavailable_reason() else cuda_backend()
+        reason = cupy_reason()
+        backend = cpu_backend(f"device='auto': {reason}") if reason else cuda_backend()
     else:
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
-    if ppr == "batched":
-        return backend
-    if ppr != "cugraph":
-        raise ValueError(f"ppr must be 'batched' or 'cugraph', got {ppr!r}")
-    from .signals.importance_graph import cugraph_available, personalized_pagerank_graph
+    if ppr != "batched":
+        if ppr != "cugraph":
+            raise ValueError(f"ppr must be 'batched' or 'cugraph', got {ppr!r}")
+        from .signals.importance_graph import cugraph_available
 
-    reason = cugraph_available()
-    if reason is not None:
-        raise RuntimeError(f"ppr='cugraph' unavailable: {reason}")
-    return replace(backend, ppr=personalized_pagerank_graph)
+        reason = cugraph_available()
+        if reason is not None:
+            raise RuntimeError(f"ppr='cugraph' unavailable: {reason}")
+        from .signals.importance_graph import personalized_pagerank_graph
+
+        backend = replace(backend, ppr=personalized_pagerank_graph,
+                          components={**backend.components, "ppr_step": Choice("cuGraph PageRank", "ppr='cugraph'")})
+    for name, choice in backend.components.items():
+        log.info("%s: %s (%s)", name, choice.impl, choice.reason)
+    return backend

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .assomem import AssoMem
-from .backend import cuda_unavailable_reason, get_backend
+from .backend import Backend, get_backend
 from .clues import keyword_clue
 from .config import AssoMemConfig
 from .encode import DEFAULT_MODEL, TransformersEncoder
@@ -110,18 +110,19 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single: int, n_reference: int,
+def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_single: int, n_reference: int,
                 encoder: TimedEncoder, text_encoder) -> dict:
     """``encoder`` embeds the memory's clue texts and added sessions (timed apart); ``text_encoder`` (the bundled
     MiniLM) embeds free-text questions and, for the figure of an add's encoding, the added sessions."""
-    backend = get_backend(device)
-    text_encoder.encode(["warm up"]), keyword_clue(["warm up"])  # the weights and the word frequencies load once
+    keyword_clue(["warm up"])  # the word frequencies load once
+    if text_encoder is not None:
+        text_encoder.encode(["warm up"])  # and the encoder's weights
     rng = np.random.default_rng(1)
     config = AssoMemConfig()
     signals = config.signals
     fusion = FusionModel(list(signals), ["a", "b"], rng.random((2, len(signals))), 0.2,
                          rng.normal(size=(2, data.questions.shape[1])).astype(np.float32), np.zeros(2, np.float32))
-    method = AssoMem(config, fusion, encoder, device=device, cache=1)
+    method = AssoMem(config, fusion, encoder, device=backend, cache=1)
     ds = data.dataset
     size = {"sessions": len(ds.memories[0].sessions), "utterances": len(ds.memory_utterances(0))}
     encoder.seconds = 0.0
@@ -155,7 +156,7 @@ def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single
         return index.search_embeddings(text_encoder.encode([texts[i]]), [texts[i]], question_date=when[[i]])
 
     # last of the searches: torch's threads left spinning after an encode slow down the next kernels
-    free_text = [1000 * _timed(lambda: free(i)) for i in range(min(n_single, n_q))]
+    free_text = [1000 * _timed(lambda: free(i)) for i in range(min(n_single, n_q))] if text_encoder else []
 
     reference = {"reference_build_s": None, "reference_single_ms": None, "speedup_vs_reference": None,
                  "throughput_speedup_vs_reference": None, "build_speedup_vs_reference": None,
@@ -186,7 +187,7 @@ def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single
         encoder.seconds = 0.0
         add_ms.append(1000 * (_timed(lambda: index.add_sessions([added[-1]])) - encoder.seconds))
         remove_ms.append(1000 * _timed(lambda: index.remove_sessions([ds.bank.session_ids[3 * i + 1]])))
-    for session in added:  # what the bundled MiniLM takes to embed such a session and its clue
+    for session in added if text_encoder else ():  # what the bundled MiniLM takes to embed a session and its clue
         texts_of = [f"user: {u.text}" for u in session.utterances]
         add_encode_ms.append(1000 * _timed(lambda: text_encoder.encode(texts_of)))
         add_encode_ms[-1] += 1000 * _timed(lambda: text_encoder.encode([f"topic: {keyword_clue(texts_of)}"]))
@@ -195,10 +196,10 @@ def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single
         save_s = _timed(lambda: index.save(path))
         file_mb = path.stat().st_size / 2**20
         loaded = []
-        load_s = _timed(lambda: loaded.append(MemoryIndex.load(path, encoder=encoder, device=device)))
+        load_s = _timed(lambda: loaded.append(MemoryIndex.load(path, encoder=encoder, device=backend)))
     probe = list(range(min(50, n_q)))
     after = [[h.utterance_id for h in hits] for hits in search(probe)]
-    rebuilt = MemoryIndex(encoder, config, fusion, device, dated=False, dim=index.dim)
+    rebuilt = MemoryIndex(encoder, config, fusion, backend, dated=False, dim=index.dim)
     held = [index.get_session(s) for s in index.session_ids]
     rebuilt.add_sessions(held, index._state.emb.view)  # the same vectors, from scratch
     same = [[h.utterance_id for h in hits]
@@ -210,10 +211,10 @@ def bench_scale(data: EmbeddedDataset, device: str, batches: list[int], n_single
         "device": f"{backend.name}: {backend.device}", "build_s": round(build_s - build_encode_s, 4),
         "build_clue_encoding_s": round(build_encode_s, 3),
         "single_p50_ms": round(p50, 3), "single_p95_ms": round(float(np.percentile(single, 95)), 3),
-        "free_text_p50_ms": round(float(np.percentile(free_text, 50)), 3),
+        "free_text_p50_ms": round(float(np.percentile(free_text, 50)), 3) if free_text else None,
         "batch_qps": {k: round(v, 1) for k, v in qps.items()}, "stage_ms_per_question": stages,
         "add_session_ms": round(float(np.median(add_ms)), 3),
-        "add_session_encoding_ms": round(float(np.median(add_encode_ms)), 3),
+        "add_session_encoding_ms": round(float(np.median(add_encode_ms)), 3) if add_encode_ms else None,
         "remove_session_ms": round(float(np.median(remove_ms)), 3),
         "save_s": round(save_s, 4), "load_s": round(load_s, 4), "index_file_mb": round(file_mb, 2),
         "after_writes_equals_rebuild": after == same, "load_equals_saved": after == reloaded,
@@ -239,9 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    reason = cuda_unavailable_reason()
-    print(f"backend: {backend.name} ({backend.device})" + (f"; cuda not used: {reason}" if reason else ""))
-    text_encoder = TransformersEncoder(DEFAULT_MODEL)
+    print(f"backend: {backend.name} ({backend.device})")
+    for name, choice in backend.components.items():
+        print(f"  {name}: {choice.impl} ({choice.reason})")
+    try:
+        text_encoder = TransformersEncoder(DEFAULT_MODEL)
+    except RuntimeError as exc:  # the bundled encoder's package is not installed (a GPU host without it)
+        text_encoder = None
+        print(f"free-text search and encoding not timed: {exc}")
     if args.dataset:
         from .data import load_dataset
         from .encode import make_encoder
@@ -256,14 +262,14 @@ def main(argv: list[str] | None = None) -> int:
                     (synthetic_memory(n, max(args.batches + [args.single])) for n in args.sessions)]
     scales = []
     for data, encoder in datasets:
-        result = bench_scale(data, args.device, args.batches, args.single, args.reference, TimedEncoder(encoder),
+        result = bench_scale(data, backend, args.batches, args.single, args.reference, TimedEncoder(encoder),
                              text_encoder)
         scales.append({"dataset": data.dataset.name, **result})
         print(json.dumps(scales[-1]))
     out = Path(args.output or f"out/bench_{backend.name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"backend": backend.name, "device": backend.device, "cuda_unavailable_reason": reason,
-                               "config": AssoMemConfig().to_json(), "scales": scales}, indent=1) + "\n")
+    out.write_text(json.dumps({**backend.describe(), "config": AssoMemConfig().to_json(), "scales": scales},
+                              indent=1) + "\n")
     print(f"wrote {out}")
     return 0
 

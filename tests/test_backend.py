@@ -69,3 +69,35 @@ def test_graph_api_ppr_ranks_like_the_batched_one():
     questions = list(range(len(data.dataset.questions)))
     for x, y in zip(batched.rank(data, questions, 10), one_by_one.rank(data, questions, 10)):
         assert x.tolist() == y.tolist()
+
+
+def test_every_component_says_what_runs_it_and_why():
+    described = get_backend("auto").describe()
+    assert set(described["components"]) == {"arrays", "ppr_step", "fused_topk", "similarity_search"}
+    for choice in described["components"].values():
+        assert choice["impl"].split(":")[0] in ("cpu", "cuda") and choice["reason"]
+    if cuda_unavailable_reason() is not None:  # auto on a machine without CUDA: the reason is CuPy's
+        assert cuda_unavailable_reason() in described["components"]["arrays"]["reason"]
+    cpu = get_backend("cpu").describe()["components"]
+    assert cpu["fused_topk"] == {"impl": "cpu: Numba parallel twin", "reason": "device='cpu'"}
+
+
+@pytest.mark.skipif(__import__("shutil").which("gcc") is None, reason="gcc not installed")
+def test_a_library_missing_a_symbol_is_refused_with_its_path(tmp_path, monkeypatch):
+    """A CUDA C++ library of the right ABI that lacks a symbol is not used: the reason names the path and symbol."""
+    import subprocess
+
+    from assomem_gpu.kernels import cuda_lib
+
+    src = tmp_path / "lib.c"
+    src.write_text(f"int assomem_kernels_abi_version(void) {{ return {cuda_lib.ABI_VERSION}; }}\n")
+    lib = tmp_path / "libassomem_kernels.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    monkeypatch.setattr(cuda_lib, "LIBRARY", lib)
+    cuda_lib._load.cache_clear()
+    try:
+        assert cuda_lib.load() is None
+        reason = cuda_lib.unavailable_reason()
+        assert str(lib) in reason and "assomem_kernels_cuda_runtime_version" in reason
+    finally:
+        cuda_lib._load.cache_clear()

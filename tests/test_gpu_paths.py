@@ -19,19 +19,31 @@ def graph(n, seed):
     return (a @ sp.diags(1 / deg)).tocsr().astype(np.float32), t / t.sum(axis=0)
 
 
-@pytest.mark.parametrize("use_compiled", [True, False])
-def test_ppr_on_cuda_matches_cpu(use_compiled, monkeypatch):
-    from assomem_gpu.kernels import cuda_lib
+@pytest.mark.parametrize("step", ["cpp", "cusparse", "library"])
+def test_ppr_on_cuda_matches_cpu(step):
+    """Every PPR step the dispatcher may choose, checked every 4 iterations as the CUDA backend does."""
+    import functools
 
-    if not use_compiled:
-        monkeypatch.setattr(cuda_lib, "load", lambda: None)
-    elif cuda_lib.load() is None:
+    from assomem_gpu import backend
+    from assomem_gpu.kernels import cuda_lib
+    from assomem_gpu.signals.importance import library_step
+
+    if step == "cpp" and cuda_lib.load() is None:
         pytest.skip(f"CUDA C++ library unavailable: {cuda_lib.unavailable_reason()}")
+    fn = {"cpp": lambda: functools.partial(cuda_lib.ppr_step, cuda_lib.load()), "cusparse": lambda: backend._cusparse_step,
+          "library": lambda: library_step}[step]()
     m, t = graph(3000, 0)
     cpu, it_cpu = personalized_pagerank(m, t, 0.5, 1e-6, 100)
     gpu = get_backend("cuda")
-    r, it_gpu = personalized_pagerank(gpu.csr(m), gpu.asarray(t), 0.5, 1e-6, 100, gpu.xp)
-    assert np.allclose(gpu.to_host(r), cpu, atol=1e-6) and abs(it_cpu - it_gpu) <= 1
+    r, it_gpu = personalized_pagerank(gpu.csr(m), gpu.asarray(t), 0.5, 1e-6, 100, gpu.xp, step=fn, check_every=4)
+    assert np.allclose(gpu.to_host(r), cpu, atol=1e-6) and it_cpu <= it_gpu < it_cpu + 4
+
+
+def test_the_graph_is_uploaded_once_per_version():
+    m, _ = graph(500, 1)
+    gpu = get_backend("cuda")
+    first = gpu.csr(m)
+    assert gpu.csr(m) is first and gpu.csr(m.copy()) is not first
 
 
 def test_assomem_ranks_the_same_on_cuda_and_cpu():

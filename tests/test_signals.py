@@ -53,6 +53,17 @@ def test_cpu_twin_equals_the_library_path_across_blocks():
     assert empty.shape == (80, 0) and its == 0
 
 
+def test_ppr_checked_every_few_iterations_runs_a_few_more_and_moves_little():
+    """The device reads the residual back every 4 iterations: at most 3 iterations more, each contracting by d."""
+    _, m = random_graph(60, 9)
+    t = np.random.default_rng(3).random((60, 5)).astype(np.float32)
+    t /= t.sum(axis=0)
+    each, it_each = personalized_pagerank(sp.csr_matrix(m), t, 0.5, 1e-6, 200)
+    sparse_checks, it_sparse = personalized_pagerank(sp.csr_matrix(m), t, 0.5, 1e-6, 200, check_every=4)
+    assert it_sparse % 4 == 0 and it_each <= it_sparse < it_each + 4
+    assert np.abs(sparse_checks - each).sum(axis=0).max() < 1e-6
+
+
 def test_ppr_stops_at_the_iteration_cap():
     _, m = random_graph(30, 8)
     t = np.full((30, 3), 1 / 30, np.float32)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from ..assomem import HYBRID_BASELINES, make_assomem
+from ..backend import Backend, get_backend
 from ..cli_options import add_assomem_options, config_from_options
 from ..data import load_dataset
 from ..encode import DEFAULT_MODEL, make_encoder
@@ -52,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def build_methods(args: argparse.Namespace, encoder) -> list:
+def build_methods(args: argparse.Namespace, encoder, backend: Backend) -> list:
     """The methods named by ``--method``; AssoMem configured by the options or a weights file."""
     fusion, base = None, None
     if args.weights:
@@ -65,7 +66,7 @@ def build_methods(args: argparse.Namespace, encoder) -> list:
         fusion = restrict(fusion, config.signals)
     if args.fixed_weights:
         fusion = fixed_weights(config.signals)
-    return [make_method(m) if m in METHODS else make_assomem(m, config, encoder, fusion, args.device)
+    return [make_method(m) if m in METHODS else make_assomem(m, config, encoder, fusion, backend)
             for m in args.methods]
 
 
@@ -86,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         if not ds.questions:
             raise ValueError(f"{args.dataset}: the dataset holds no questions")
         encoder = make_encoder(args.encoder)
-        methods = build_methods(args, encoder)
+        backend = get_backend(args.device)
+        methods = build_methods(args, encoder, backend)
         if any(getattr(m, "needs_calibration", False) for m in methods) and len(ds.questions) < args.folds:
             raise ValueError(f"cross-validation with --folds {args.folds} needs at least {args.folds} questions, the "
                              f"dataset has {len(ds.questions)}; pass --weights FILE, --fixed-weights or fewer --folds")
@@ -111,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         "sessions": ds.bank.n_sessions, "utterances": ds.bank.n_utterances,
         "haystack_sessions": args.haystack_sessions, "limit": args.limit, "seed": args.seed, "ks": args.k,
         "encoder": encoder.name, "encoded_texts": encoder.encoded, "device": args.device,
+        "engine": backend.describe(),
         "timing": {"load_s": round(load_s, 3), "encode_s": round(encode_s, 3),
                    "total_s": round(time.perf_counter() - t0, 3)},
         "results": {r.method: r.to_json() for r in results},

@@ -15,13 +15,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cuda, float64, int64, njit, prange
+from numba import cuda, float64, int32, int64, njit, prange
 
 from .parallel import call_parallel
 
 MAX_SIGNALS = 8
 MAX_K = 64
-THREADS = 64  # threads per block; shared memory holds THREADS * MAX_K (score, index) pairs = 32 KiB
+THREADS = 32  # threads per block; static shared memory: THREADS * MAX_K (float64 score, int32 index) pairs = 24 KiB
+# (resources.py compiles the kernel to SASS and holds it to 48 KiB, no spills, the launch within limits)
 
 
 def fused_one(scores, c, n_signals, maxes, sums, weights, inv_t):
@@ -179,7 +180,7 @@ def _cuda_kernel():
             insert_dev(top_s, top_i, k, fused_dev(scores[b], c, n_signals, maxes, sums, w, inv_t), c)
         # tree merge of the sorted lists in shared memory
         sh_s = cuda.shared.array((THREADS, MAX_K), float64)
-        sh_i = cuda.shared.array((THREADS, MAX_K), int64)
+        sh_i = cuda.shared.array((THREADS, MAX_K), int32)
         for j in range(k):
             sh_s[t, j] = top_s[j]
             sh_i[t, j] = top_i[j]
