@@ -77,13 +77,14 @@ class AssoMem:
             index, rows = self._built(data, memory)
             queries = Queries(data.questions[group], [ds.questions[q].text for q in group],
                               np.asarray([ds.questions[q].date for q in group], np.float64))
-            for q, f in zip(group, index.features(queries)):
+            feats = [f for part in index.score(queries) for f in part.features(self.backend)]
+            for q, f in zip(group, feats):
                 out[q] = replace(f, candidates=rows[f.candidates], rest=rows[f.rest])
         return [out[q] for q in questions]
 
     def fuse(self, feats: Sequence[Features], q_emb: np.ndarray, fusion: FusionModel, depth: int) -> list[np.ndarray]:
         """Rankings (bank rows) from features and weights (see ``fusion.fuse``)."""
-        ranked = fuse(feats, q_emb, fusion, self.config.temperature, depth, self.backend.fused_topk)
+        ranked = fuse(feats, q_emb, fusion, self.config.temperature, depth, self.backend)
         return [r.rows for r in ranked]  # features carry bank rows, so the rankings do too
 
     def fit(self, data: EmbeddedDataset, questions: Sequence[int], feats: Sequence[Features]) -> FusionModel:

@@ -43,9 +43,10 @@ class Backend:
     sparse: Any  # scipy.sparse or cupyx.scipy.sparse
     ppr: Callable  # batched PPR: kernels.ppr_cpu.personalized_pagerank_cpu / signals.importance.personalized_pagerank
     fused_topk: Callable  # kernels.fused_topk.fused_topk_cpu / fused_topk_cuda
+    top_k: Callable  # (scores (B, n), k) -> (B, k) column indices, best first, ties to the lower index, NaN last
     max_batch: int  # questions per pass: a CPU pass stays within its cache and its allocator's reused memory
     components: Mapping[str, Choice] = field(default_factory=dict)
-    _uploads: dict = field(default_factory=dict, compare=False, repr=False)  # id(host matrix) -> (its ref, upload)
+    _uploads: dict = field(default_factory=dict, compare=False, repr=False)  # (id(owner), name) -> (ref, version, upload)
 
     def asarray(self, x, dtype=None):
         return self.xp.asarray(x, dtype=dtype)
@@ -53,21 +54,35 @@ class Backend:
     def to_host(self, x) -> np.ndarray:
         return x.get() if hasattr(x, "get") else np.asarray(x)
 
-    def csr(self, matrix):
-        """A scipy CSR matrix on this backend: on the device with int32 indices (as cuSPARSE and the C++ step take),
-        uploaded once per matrix object (a memory's graph is a new object per write, so once per index version)."""
+    def resident(self, owner, name: str, version: int, make: Callable[[], Any]):
+        """``make()`` (an array, or a scipy CSR matrix) as this backend holds it: itself on the CPU; on the device,
+        uploaded once per (owner, name, version) (CSR with int32 indices, as cuSPARSE and the C++ step take) and
+        dropped with ``owner``. A memory's graph is a new object per write; its embeddings carry a version."""
         if self.name == "cpu":
-            return matrix
-        found = self._uploads.get(id(matrix))
-        if found is not None and found[0]() is matrix:
-            return found[1]
-        m = matrix.tocsr()
-        upload = self.sparse.csr_matrix((self.xp.asarray(m.data, dtype=np.float32),
-                                         self.xp.asarray(m.indices, dtype=np.int32),
-                                         self.xp.asarray(m.indptr, dtype=np.int32)), shape=m.shape)
-        self._uploads[id(matrix)] = weakref.ref(matrix), upload
-        weakref.finalize(matrix, self._uploads.pop, id(matrix), None)  # the device copy goes with the version
+            return make()
+        key = (id(owner), name)
+        found = self._uploads.get(key)
+        if found is not None and found[0]() is owner and found[1] == version:
+            return found[2]
+        upload = self.upload(make())
+        if found is None or found[0]() is not owner:
+            weakref.finalize(owner, self._uploads.pop, key, None)
+        self._uploads[key] = weakref.ref(owner), version, upload
         return upload
+
+    def upload(self, host):
+        """An array or a scipy CSR matrix in this backend's arrays (CSR with int32 indices on the device)."""
+        if self.name == "cpu":
+            return host
+        if hasattr(host, "indptr"):
+            m = host.tocsr()
+            return self.sparse.csr_matrix((self.xp.asarray(m.data), self.xp.asarray(m.indices, dtype=np.int32),
+                                           self.xp.asarray(m.indptr, dtype=np.int32)), shape=m.shape)
+        return self.xp.asarray(host)
+
+    def csr(self, matrix):
+        """A scipy CSR matrix on this backend, uploaded once per matrix object."""
+        return self.resident(matrix, "csr", 0, lambda: matrix)
 
     def describe(self) -> dict:
         """The backend as results files record it: where it runs and what runs each component, with reasons."""
@@ -174,13 +189,14 @@ def cpu_backend(why: str = "device='cpu'") -> Backend:
 
     from .kernels.fused_topk import fused_topk_cpu
     from .kernels.ppr_cpu import personalized_pagerank_cpu
+    from .retrieve import top_k
 
     components = {"arrays": Choice("cpu: numpy", why),
                   "ppr_step": Choice("cpu: Numba, the whole iteration fused (kernels/ppr_cpu.py)", why),
                   "fused_topk": Choice("cpu: Numba parallel twin", why),
                   "similarity_search": _similarity_choice()}
     return Backend("cpu", f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)", np, scipy.sparse,
-                   personalized_pagerank_cpu, fused_topk_cpu, max_batch=256, components=components)
+                   personalized_pagerank_cpu, fused_topk_cpu, top_k, max_batch=256, components=components)
 
 
 def cuda_backend() -> Backend:
@@ -211,7 +227,15 @@ def cuda_backend() -> Backend:
     components = {"arrays": Choice("cuda: CuPy", "preferred"), "ppr_step": step_choice, "fused_topk": topk_choice,
                   "similarity_search": _similarity_choice()}
     ppr = functools.partial(personalized_pagerank, xp=cupy, step=step, check_every=PPR_CHECK_EVERY)
-    return Backend("cuda", name, cupy, cupyx.scipy.sparse, ppr, topk, max_batch=4096, components=components)
+    return Backend("cuda", name, cupy, cupyx.scipy.sparse, ppr, topk, _device_top_k, max_batch=4096,
+                   components=components)
+
+
+def _device_top_k(scores, k: int):
+    """``retrieve.top_k`` on the device: a stable sort of each row (NaN last), the first ``k``."""
+    import cupy
+
+    return cupy.argsort(-cupy.nan_to_num(scores, nan=-cupy.inf), axis=-1)[..., :k]
 
 
 def _similarity_choice() -> Choice:

@@ -183,44 +183,83 @@ class Ranking:
     rows: np.ndarray
     scores: np.ndarray  # float64 fused scores of rows[: len(scores)]
     weights: np.ndarray  # (n_signals,) the weights the question's signals were fused with
+    shares: np.ndarray | None = None  # (len(scores), n_signals) each signal's part of each fused score, if asked
+
+
+def rank(scored, q_emb: np.ndarray, model: FusionModel, temperature: float, depth: int, backend,
+         shares: bool = False) -> list[Ranking]:
+    """Rankings of a scored batch (``scoring.Scored``) with ``model``'s weights, on the backend's arrays: the fused
+    score + top-K kernel ranks the best ``min(depth, MAX_K)`` candidates, the other candidates follow by relevance,
+    then the rest of the memory by relevance. ``depth`` rows at most; ``shares``: each signal's part of each fused
+    score (``contributions``). The rankings come to the host in one copy at the end."""
+    from .kernels.fused_topk import MAX_K
+
+    xp = backend.xp
+    weights = model.weights(q_emb, backend.to_host(scored.active))
+    cand, counts, z = scored.candidates, scored.counts, scored.signals
+    if cand.shape[1] == 0:  # no question has a candidate: one padding column keeps the gathers simple
+        cand, z = xp.full((len(cand), 1), -1, np.int64), xp.zeros((len(cand), 1, z.shape[2]))
+    n_b, width = cand.shape
+    k = min(depth, MAX_K)
+    top, fused = backend.fused_topk(z.astype(np.float32), counts, backend.asarray(weights, np.float32), temperature, k)
+    n = xp.minimum(counts, k)
+    head_ok = xp.arange(k) < n[:, None]
+    head = xp.where(head_ok, xp.take_along_axis(cand, xp.maximum(top, 0), axis=1), -1)
+    rows = head[:, :depth]
+    if depth > k or bool((counts < depth).any()):  # what follows the fused candidates
+        valid = xp.arange(width) < counts[:, None]
+        fused_mask = ((xp.arange(width) == top[:, :, None]) & head_ok[:, :, None]).any(axis=1)
+        rel = model.signals.index("relevance") if "relevance" in model.signals else 0
+        key = xp.where(valid & ~fused_mask, z[:, :, rel], -np.inf)  # z-scored relevance: the same order
+        others = backend.top_k(key, min(depth, width))
+        tail_key = scored.relevance
+        if scored.relevance_rows is None:  # its columns are the utterance rows: leave the candidates out
+            taken = xp.zeros(tail_key.shape, bool)
+            taken[xp.nonzero(valid)[0], cand[valid]] = True
+            tail_key = xp.where(taken, -np.inf, tail_key)
+        tail = backend.top_k(tail_key, min(depth, tail_key.shape[1]))
+        tail_rows = tail if scored.relevance_rows is None else xp.take_along_axis(scored.relevance_rows, tail, axis=1)
+        every = xp.concatenate([head, xp.take_along_axis(cand, others, axis=1), tail_rows], axis=1)
+        ok = xp.concatenate([head_ok, xp.take_along_axis(key, others, axis=1) > -np.inf,
+                             xp.take_along_axis(tail_key, tail, axis=1) > -np.inf], axis=1)
+        first = xp.argsort(~ok, axis=1, kind="stable")[:, :depth]  # the valid ones, in order
+        rows = xp.where(xp.take_along_axis(ok, first, axis=1), xp.take_along_axis(every, first, axis=1), -1)
+    parts = None
+    if shares:
+        part = contributions(z, xp.arange(width) < counts[:, None], backend.asarray(weights), temperature, xp)
+        parts = backend.to_host(xp.take_along_axis(part, xp.maximum(top, 0)[:, :, None], axis=1))
+    rows, fused, n = backend.to_host(rows), backend.to_host(fused), backend.to_host(n)
+    return [Ranking(rows[b][rows[b] >= 0], fused[b, : n[b]], weights[b], None if parts is None else parts[b, : n[b]])
+            for b in range(n_b)]
 
 
 def fuse(feats: Sequence, q_emb: np.ndarray, model: FusionModel, temperature: float, depth: int,
-         fused_topk) -> list[Ranking]:
-    """Rankings from features (``scoring.Features``) and weights: the fused score + top-K kernel ranks the best
-    ``min(depth, MAX_K)`` candidates; the other candidates follow by relevance, then the rest of the memory."""
-    from .kernels.fused_topk import MAX_K
-    from .retrieve import top_k
+         backend) -> list[Ranking]:
+    """``rank`` for questions held as per-question features (``scoring.Features``, e.g. from several memories, in
+    cross-validation): padded into one batch on the host."""
+    from .scoring import Scored
 
     if not feats:
         return []
-    signals = model.signals
-    weights = model.weights(q_emb, np.stack([f.active for f in feats]))
     counts = np.array([len(f.candidates) for f in feats])
-    scores = np.zeros((len(feats), max(int(counts.max()), 1), len(signals)), np.float32)
+    width, rest = max(int(counts.max()), 1), max(max(len(f.rest) for f in feats), 1)
+    cand = np.full((len(feats), width), -1, np.int64)
+    z = np.zeros((len(feats), width, len(model.signals)))
+    rel = np.full((len(feats), rest), -np.inf, np.float32)
+    rel_rows = np.full((len(feats), rest), -1, np.int64)
     for b, f in enumerate(feats):
-        scores[b, : len(f.candidates)] = f.scores
-    k = min(depth, MAX_K)
-    top, fused = fused_topk(scores, counts, weights, temperature, k)
-    rel = signals.index("relevance") if "relevance" in signals else 0
-    out = []
-    for b, f in enumerate(feats):
-        n = min(k, counts[b])
-        best = top[b, :n]
-        others = np.ones(counts[b], bool)
-        others[best] = False
-        others = np.flatnonzero(others)  # the candidates the kernel did not rank follow by relevance, as needed
-        others = others[top_k(f.scores[others, rel][None], min(depth - n, len(others)))[0]]
-        head = np.concatenate([f.candidates[best], f.candidates[others]])
-        tail = f.rest[top_k(f.rest_relevance[None], min(depth - len(head), len(f.rest)))[0]] \
-            if len(head) < depth else f.rest[:0]
-        out.append(Ranking(np.concatenate([head, tail]), fused[b, : min(n, depth)], weights[b]))
-    return out
+        cand[b, : counts[b]], z[b, : counts[b]] = f.candidates, f.scores
+        rel[b, : len(f.rest)], rel_rows[b, : len(f.rest)] = f.rest_relevance, f.rest
+    parts = (cand, counts, z, np.stack([f.active for f in feats]), rel, rel_rows)
+    return rank(Scored(*(backend.asarray(x) for x in parts)), q_emb, model, temperature, depth, backend)
 
 
-def contributions(scores: np.ndarray, weights: np.ndarray, temperature: float) -> np.ndarray:
-    """Each signal's share of eq. 4 for every candidate: w_d · softmax_T(z_·d)_c, (n_candidates, n_signals); the
-    rows sum to the fused scores."""
-    z = np.asarray(scores, np.float64)
-    e = np.exp((z - z.max(axis=0, keepdims=True)) / temperature)
-    return np.asarray(weights, np.float64) * e / e.sum(axis=0, keepdims=True)
+def contributions(z, valid, weights, temperature: float, xp=np):
+    """Each signal's share of eq. 4 for every candidate: w_d · softmax_T(z_·d)_c over each question's valid
+    candidates; (B, C, n_signals), summing over signals to the fused scores (0 past the valid ones)."""
+    if z.shape[1] == 0:
+        return xp.zeros(z.shape)
+    z = xp.where(valid[:, :, None], z, -np.inf)
+    top = xp.max(z, axis=1, keepdims=True)
+    e = xp.exp((z - xp.where(top > -np.inf, top, 0.0)) / temperature)  # exp(-inf) = 0 past the valid ones
+    return weights[:, None, :] * e / xp.maximum(e.sum(axis=1, keepdims=True), 1e-300)

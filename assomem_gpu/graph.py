@@ -62,24 +62,11 @@ class MemoryGraph:
     clues: ClueState | None = None  # what grow_graph / shrink_graph update (kept when the clue nodes are dropped)
 
     def __post_init__(self):
-        self._by_clue = np.argsort(self.utt_clue, kind="stable")
-        self._clue_starts = np.searchsorted(self.utt_clue[self._by_clue], np.arange(self.n_clues))
+        self.by_clue = np.argsort(self.utt_clue, kind="stable")  # utterance nodes grouped by clue, in node order
         self.clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
+        self.owning = np.flatnonzero(self.clue_sizes > 0)  # clues that own an utterance (a session may have none)
+        self.owning_starts = (np.cumsum(self.clue_sizes) - self.clue_sizes)[self.owning]  # where each starts in by_clue
         self.transition = self._transition()  # made with the graph: searches only read it
-
-    def members(self, clues: np.ndarray) -> np.ndarray:
-        """Utterance nodes owned by any of ``clues``, in node order."""
-        starts = self._clue_starts[clues]
-        parts = [self._by_clue[s : s + n] for s, n in zip(starts.tolist(), self.clue_sizes[clues].tolist())]
-        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
-
-    def clue_max(self, values: np.ndarray) -> np.ndarray:
-        """Per clue, the largest value among its utterances (``values`` per utterance node; -inf for none)."""
-        out = np.full(self.n_clues, -np.inf)
-        if self.n_utt:
-            has = self.clue_sizes > 0
-            out[has] = np.maximum.reduceat(values[self._by_clue], self._clue_starts[has])
-        return out
 
     @property
     def n_utt(self) -> int:

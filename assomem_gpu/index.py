@@ -38,9 +38,9 @@ import numpy as np
 from .backend import Backend, get_backend
 from .config import AssoMemConfig
 from .encode import DEFAULT_MODEL, Encoder, TransformersEncoder
-from .fusion import FusionModel, Ranking, contributions, default_fusion, fit_fusion, fuse
+from .fusion import FusionModel, Ranking, default_fusion, fit_fusion, rank
 from .locking import ReadWriteLock
-from .scoring import Features, Queries, features
+from .scoring import Queries, Scored, score
 from .snapshot import SnapshotError, read as read_snapshot, write as write_snapshot
 from .state import MemoryState, Turn
 
@@ -229,7 +229,8 @@ class MemoryIndex:
                 if unknown:
                     raise ValueError(f"questions[{i}].evidence: not utterances of the index: {unknown[:5]}")
             dates = np.asarray([_when(q.date, f"questions[{i}].date", self.dated, now=True) for i, q in enumerate(qs)])
-            feats = features(self._state, Queries(emb, [q.text for q in qs], dates), self.config, self.backend)
+            feats = [f for part in score(self._state, Queries(emb, [q.text for q in qs], dates), self.config,
+                                         self.backend) for f in part.features(self.backend)]
             keep = [i for i, q in enumerate(qs) if q.evidence]
             evidence = [np.asarray([row_of[e] for e in qs[i].evidence], np.int64) for i in keep]
             self.fusion = fit_fusion(list(self.config.signals), [qs[i].type for i in keep],
@@ -285,10 +286,14 @@ class MemoryIndex:
             allowed = self._allowed(wanted, lo, hi)
             queries = Queries(emb, list(texts), dates,
                               None if allowed is None else np.broadcast_to(allowed, (len(texts), len(allowed))))
-            feats = self.features(queries)
-            with self._stage("fusion+topk"):
-                ranked = self.rank(feats, emb, k)
-            return [self._hits(state, f, r) for f, r in zip(feats, ranked)]
+            hits, done = [], 0
+            for part in self.score(queries):
+                with self._stage("fusion+topk"):
+                    ranked = rank(part, emb[done : done + len(part)], self.fusion, self.config.temperature, k,
+                                  self.backend, shares=True)
+                hits += [self._hits(state, r) for r in ranked]
+                done += len(part)
+            return hits
 
     def _allowed(self, sessions: list | None, since: float | None, until: float | None) -> np.ndarray | None:
         if sessions is None and since is None and until is None:
@@ -313,24 +318,15 @@ class MemoryIndex:
                 keep &= dates <= until
         return np.repeat(keep, np.diff(bank.offset_array))
 
-    def features(self, queries: Queries) -> list[Features]:
-        """Candidates and normalised signals of each question (the read lock is the caller's)."""
-        return features(self._state, queries, self.config, self.backend, self._stage)
+    def score(self, queries: Queries) -> list[Scored]:
+        """Candidates and normalised signals of each question, in the backend's passes (the read lock is the
+        caller's)."""
+        return score(self._state, queries, self.config, self.backend, self._stage)
 
-    def rank(self, feats: Sequence[Features], emb: np.ndarray, depth: int,
-             fusion: FusionModel | None = None) -> list[Ranking]:
-        """Rankings (utterance rows, best first, ``depth`` long at most) from features, with ``fusion`` (default
-        the index's weights)."""
-        return fuse(feats, emb, fusion or self.fusion, self.config.temperature, depth, self.backend.fused_topk)
-
-    def _hits(self, state: MemoryState, f: Features, r: Ranking) -> list[Hit]:
+    def _hits(self, state: MemoryState, r: Ranking) -> list[Hit]:
         bank = state.bank
         session_of = np.searchsorted(bank.offset_array, r.rows, side="right") - 1
-        n = len(r.scores)
-        shares = None
-        if n:
-            pos = np.searchsorted(f.candidates, r.rows[:n])  # candidates are sorted rows
-            shares = contributions(f.scores, r.weights, self.config.temperature)[pos]
+        n, shares = len(r.scores), r.shares
         out = []
         for i, (row, s) in enumerate(zip(r.rows.tolist(), session_of.tolist())):
             fused = i < n

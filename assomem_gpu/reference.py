@@ -14,7 +14,8 @@ import scipy.sparse as sp
 from .assomem import AssoMem
 from .fusion import FusionModel
 from .retrieve import EmbeddedDataset
-from .scoring import temporal
+from .scoring import question_temporal
+from .signals.temporal import parse_constraint
 from .signals.lexical import BM25Index
 
 
@@ -153,7 +154,7 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                 graphs[("bm25", q.memory)] = BM25Index([texts[i] for i in utterances])
             col = graphs[("bm25", q.memory)].scores([q.text])[0][local]
         else:
-            col = temporal(index._state, q.text, q.date, local)  # local rows are the index's rows
+            col = question_temporal(index._state, parse_constraint(q.text, q.date), local)  # the index's rows
         col = np.asarray(col, dtype=np.float64)
         z = (col - col.mean()) / col.std() if col.std() > 1e-12 else np.zeros_like(col)
         columns.append(z)

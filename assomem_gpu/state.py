@@ -76,6 +76,7 @@ class MemoryState:
         self.has_time = np.zeros(0, bool)  # per utterance: holds a time expression
         self._mentions: list[np.ndarray | None] = []  # per utterance: times it mentions (made on first use)
         self.times = np.zeros(0, np.float64)  # per utterance: its session's date (NaN unknown)
+        self.version = 0  # counts the writes: device copies of the embeddings and BM25 weights are kept per version
 
     @property
     def n_utterances(self) -> int:
@@ -100,6 +101,7 @@ class MemoryState:
         has_time = np.fromiter((mentions_time(t) for t in new_texts), bool, len(new_texts)) \
             if "temporal" in self.config.signals else np.zeros(len(new_texts), bool)
         # nothing below fails on valid input
+        self.version += 1
         for sid, date, turns, meta in sessions:
             self.bank.add_session(sid, date, turns)
             self.metadata.append(dict(meta))
@@ -116,6 +118,7 @@ class MemoryState:
 
     def remove(self, sessions: np.ndarray) -> None:
         """Remove these session rows (their utterances, clues, edges, BM25 terms and time mentions)."""
+        self.version += 1
         keep_s = np.ones(self.bank.n_sessions, bool)
         keep_s[sessions] = False
         keep_u = np.repeat(keep_s, np.diff(self.bank.offset_array))

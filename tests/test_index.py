@@ -368,3 +368,40 @@ def test_default_weights_ship_with_the_package():
     index = MemoryIndex(HashingEncoder(), device="cpu")
     assert index.fusion.signals == list(index.config.signals) and len(index.fusion.types) >= 2
     assert index.fusion.coef is None  # calibrated with MiniLM: another encoder mixes the types evenly
+
+
+def test_the_device_path_ranks_like_the_cpu_path():
+    """The CUDA backend's code path on numpy arrays, the Numba CUDA kernel in the simulator: uploads kept per index
+    version, PPR by the library step read back every 4 iterations, a full-sort top-k. Its hits equal the CPU
+    backend's, also after writes (the kept uploads follow the version)."""
+    import dataclasses
+    import functools
+
+    from assomem_gpu.backend import get_backend
+    from assomem_gpu.kernels.fused_topk import fused_topk_cuda
+    from assomem_gpu.signals.importance import personalized_pagerank
+
+    cpu = get_backend("cpu")
+    device_like = dataclasses.replace(
+        cpu, name="cuda-like", ppr=functools.partial(personalized_pagerank, check_every=4), fused_topk=fused_topk_cuda,
+        top_k=lambda s, k: np.argsort(-np.nan_to_num(s, nan=-np.inf), axis=-1, kind="stable")[..., :k], _uploads={})
+    config = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3), tol=1e-9)
+    indexes = [MemoryIndex(HashingEncoder(), config, fixed_weights(config.signals), device=b) for b in (cpu, device_like)]
+    questions = ["kiwi banjo last week", "violet harbor", "mango", "quartz lantern tulip"]
+
+    def same_hits(**filters):
+        a, b = (ix.search(questions, k=6, question_date="2023-06-01", **filters) for ix in indexes)
+        assert [[h.utterance_id for h in q] for q in a] == [[h.utterance_id for h in q] for q in b]
+        assert np.allclose([h.score for q in a for h in q if h.score is not None],
+                           [h.score for q in b for h in q if h.score is not None])
+
+    for ix in indexes:
+        ix.add_sessions(random_sessions(3, 12))
+    same_hits()
+    same_hits(sessions=["s3_1", "s3_4"])
+    uploads = len(device_like._uploads)
+    assert uploads > 0
+    for ix in indexes:
+        ix.remove_sessions(["s3_2"])
+        ix.add_sessions(random_sessions(4, 3, prefix="t"))
+    same_hits(since="2023-05-01")

@@ -95,18 +95,19 @@ def _fused_topk_serial(scores, counts, weights, inv_t, k, out_idx, out_score):
 PARALLEL_FROM = 8  # questions per call from which the parallel twin pays off
 
 
-def _check(scores: np.ndarray, counts: np.ndarray, weights: np.ndarray, temperature: float, k: int) -> None:
+def _check(scores, counts, weights, temperature: float, k: int, xp=np) -> None:
     if scores.ndim != 3 or weights.shape != (scores.shape[0], scores.shape[2]) or counts.shape != (scores.shape[0],):
         raise ValueError(f"shapes do not fit: scores {scores.shape}, counts {counts.shape}, weights {weights.shape}")
     if scores.shape[2] > MAX_SIGNALS or not 1 <= k <= MAX_K:
         raise ValueError(f"at most {MAX_SIGNALS} signals and 1 <= k <= {MAX_K}, got {scores.shape[2]} and {k}")
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
-    if np.any((counts < 0) | (counts > scores.shape[1])):
+    if bool(xp.any((counts < 0) | (counts > scores.shape[1]))):
         raise ValueError("counts must lie between 0 and the padded candidate width")
-    for b in range(scores.shape[0]):
-        if not (np.isfinite(scores[b, : counts[b]]).all() and np.isfinite(weights[b]).all()):
-            raise ValueError(f"question {b}: non-finite signal or weight (NaN/inf are rejected)")
+    valid = xp.arange(scores.shape[1]) < counts[:, None]
+    bad = xp.any(valid & ~xp.isfinite(scores).all(axis=2), axis=1) | ~xp.isfinite(weights).all(axis=1)
+    if bool(bad.any()):
+        raise ValueError(f"question {int(xp.argmax(bad))}: non-finite signal or weight (NaN/inf are rejected)")
 
 
 def fused_topk_cpu(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -214,25 +215,27 @@ def _cuda_kernel():
 _KERNEL = None
 
 
-def fused_topk_cuda(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+def fused_topk_cuda(scores, counts, weights, temperature: float, k: int):
     """The CUDA kernel, one block per question; same signature and results as ``fused_topk_cpu``.
 
-    Accepts host (numpy) or device arrays (anything with ``__cuda_array_interface__``); returns host arrays.
+    Takes host (numpy) or device (CuPy) arrays and returns the same kind: device arrays stay on the device.
     """
     global _KERNEL
-    host = [np.asarray(x.get() if hasattr(x, "get") else x) for x in (scores, counts, weights)]
-    scores_h = np.ascontiguousarray(host[0], dtype=np.float32)
-    counts_h = np.ascontiguousarray(host[1], dtype=np.int64)
-    weights_h = np.ascontiguousarray(host[2], dtype=np.float32)
-    _check(scores_h, counts_h, weights_h, temperature, k)
+    if hasattr(scores, "__cuda_array_interface__"):
+        import cupy as xp
+    else:
+        xp = np
+    scores = xp.ascontiguousarray(scores, dtype=np.float32)
+    counts = xp.ascontiguousarray(counts, dtype=np.int64)
+    weights = xp.ascontiguousarray(weights, dtype=np.float32)
+    _check(scores, counts, weights, temperature, k, xp)
     if _KERNEL is None:
         _KERNEL = _cuda_kernel()
-    out_idx = cuda.device_array((len(scores_h), k), np.int64)
-    out_score = cuda.device_array((len(scores_h), k), np.float64)
-    if len(scores_h):
-        _KERNEL[len(scores_h), THREADS](cuda.to_device(scores_h), cuda.to_device(counts_h), cuda.to_device(weights_h),
-                                        1.0 / temperature, k, out_idx, out_score)
-    return out_idx.copy_to_host(), out_score.copy_to_host()
+    out_idx = xp.empty((len(scores), k), np.int64)
+    out_score = xp.empty((len(scores), k), np.float64)
+    if len(scores):  # numpy arrays are copied to the device and back by Numba; CuPy arrays are used in place
+        _KERNEL[len(scores), THREADS](scores, counts, weights, 1.0 / temperature, k, out_idx, out_score)
+    return out_idx, out_score
 
 
 def fused_topk_reference(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, np.ndarray]:

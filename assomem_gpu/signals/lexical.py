@@ -13,8 +13,9 @@ class BM25Index:
 
     Tokens come from bm25s (English stop words, Snowball stemming). Texts are appended (``add``) and removed
     (``remove``); the scores always equal those of an index built from the texts held, and a removed text's terms
-    leave the vocabulary. A write updates the postings (term → texts, counts); a query weighs only its terms'
-    postings, so ``scores`` only reads (thread-safe).
+    leave the vocabulary. A write recomputes ``weights`` (texts × terms, each term's weight in each text); a query
+    is its term counts (``query_terms``), a text's score the sum of its weights of the query's terms times their
+    counts, so scoring only reads (thread-safe) and runs on numpy/scipy or CuPy/cupyx alike (``scoring.lexical``).
     """
 
     K1, B = 1.5, 0.75
@@ -59,42 +60,29 @@ class BM25Index:
     def _set(self, counts: sp.csr_matrix) -> None:
         counts.sort_indices()
         self.counts = counts
-        self._lengths = np.asarray(counts.sum(axis=1), dtype=np.float64).ravel()
-        csc = counts.tocsc()
-        self._docs, self._starts, self._tf = csc.indices, csc.indptr, csc.data.astype(np.float64)
+        lengths = np.asarray(counts.sum(axis=1), dtype=np.float64).ravel()
+        n, mean = counts.shape[0], (lengths.mean() if len(lengths) and lengths.sum() > 0 else 1.0)
+        df = np.diff(counts.tocsc().indptr).astype(np.float64)
+        idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+        tf = counts.data.astype(np.float64)
+        norm = self.K1 * (1 - self.B + self.B * np.repeat(lengths, np.diff(counts.indptr)) / mean)
+        # (texts, terms): what one occurrence of the term in a query adds to the text's score
+        self.weights = sp.csr_matrix((idf[counts.indices] * tf / (tf + norm), counts.indices, counts.indptr),
+                                     shape=counts.shape)
 
-    def scores(self, queries: Sequence[str], rows: Sequence[np.ndarray] | None = None) -> np.ndarray:
-        """BM25 scores, float32: (len(queries), n_texts); with ``rows`` (one array of text rows per query), only each
-        query's scores at its rows, concatenated (a search needs its candidates' alone)."""
-        n = self.counts.shape[0]
-        mean = self._lengths.mean() if n and self._lengths.sum() > 0 else 1.0
-        tokens = self.tokenize(queries)
-        if rows is None:
-            out = np.zeros((len(queries), n), np.float64)
-            for j, terms in enumerate(tokens):
-                self._accumulate(terms, out[j], n, mean)
-            return out.astype(np.float32)
-        row, parts = np.zeros(n, np.float64), []
-        for terms, at in zip(tokens, rows):
-            touched = self._accumulate(terms, row, n, mean)
-            parts.append(row[at].astype(np.float32))
-            for docs in touched:
-                row[docs] = 0.0
-        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    def query_terms(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The queries' terms as sorted keys ``query · n_terms + term`` (int64) with how often the query holds the
+        term (float64; a repeated token counts each time; terms no text holds are left out)."""
+        keys = [j * len(self.vocab) + term for j, tokens in enumerate(self.tokenize(queries)) for t in tokens
+                if (term := self.vocab.get(t)) is not None]
+        keys, counts = np.unique(np.asarray(keys, np.int64), return_counts=True)
+        return keys, counts.astype(np.float64)
 
-    def _accumulate(self, terms: list[str], row: np.ndarray, n: int, mean: float) -> list[np.ndarray]:
-        """Add one query's term weights into ``row`` (one entry per text); returns the postings it touched."""
-        touched = []
-        for t in terms:
-            term = self.vocab.get(t)
-            if term is None:
-                continue
-            lo, hi = self._starts[term], self._starts[term + 1]
-            docs, tf = self._docs[lo:hi], self._tf[lo:hi]
-            idf = np.log(1 + (n - (hi - lo) + 0.5) / (hi - lo + 0.5))
-            row[docs] += idf * (tf / (tf + self.K1 * (1 - self.B + self.B * self._lengths[docs] / mean)))
-            touched.append(docs)
-        return touched
+    def scores(self, queries: Sequence[str]) -> np.ndarray:
+        """(len(queries), n_texts) float32 BM25 scores."""
+        keys, counts = self.query_terms(queries)
+        q = sp.csr_matrix((counts, divmod(keys, max(len(self.vocab), 1))), shape=(len(queries), len(self.vocab)))
+        return np.asarray((q @ self.weights.T).todense(), np.float32)
 
     def to_arrays(self) -> tuple[list[str], dict[str, np.ndarray]]:
         """The vocabulary (term of each column) and the term-count CSR arrays, for ``from_arrays``."""
