@@ -110,6 +110,30 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def ppr_against_floor(backend: Backend, graph, config: AssoMemConfig, b: int = 1024) -> dict:
+    """One batched PPR of ``b`` questions over ``graph``, timed, beside its memory-bandwidth floor on a GPU: each
+    iteration reads the CSR (values and column indices, 8 B a nonzero, and the row pointers) and, per question,
+    r, the teleport and the output once (12 B a node), at the device's peak bandwidth."""
+    from .scoring import teleport
+
+    xp = backend.xp
+    rng = np.random.default_rng(0)
+    tele = teleport(backend.asarray(rng.random((b, graph.n_utt), dtype=np.float32)), graph.n_nodes, xp)
+    m = backend.csr(graph.transition)
+    backend.ppr(m, tele, config.damping, config.tol, config.max_iter)  # warm: compiled, uploaded
+    start = time.perf_counter()
+    r, iterations = backend.ppr(m, tele, config.damping, config.tol, config.max_iter)
+    backend.to_host(r[:1, :1])  # waits for the device
+    seconds = time.perf_counter() - start
+    out = {"ppr_batch": b, "ppr_ms": round(1000 * seconds, 3), "ppr_iterations": int(iterations), "ppr_floor_ms": None}
+    if backend.name == "cuda":
+        props = xp.cuda.runtime.getDeviceProperties(xp.cuda.runtime.getDevice())
+        bandwidth = 2 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8  # bytes/s, double data rate
+        per_iteration = 8 * m.nnz + 4 * (graph.n_nodes + 1) + 12 * graph.n_nodes * b
+        out["ppr_floor_ms"] = round(1000 * iterations * per_iteration / bandwidth, 3)
+    return out
+
+
 def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_single: int, n_reference: int,
                 encoder: TimedEncoder, text_encoder) -> dict:
     """``encoder`` embeds the memory's clue texts and added sessions (timed apart); ``text_encoder`` (the bundled
@@ -197,6 +221,7 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
         file_mb = path.stat().st_size / 2**20
         loaded = []
         load_s = _timed(lambda: loaded.append(MemoryIndex.load(path, encoder=encoder, device=backend)))
+    ppr = ppr_against_floor(backend, index._state.graph, config) if "importance" in config.signals else {}
     probe = list(range(min(50, n_q)))
     after = [[h.utterance_id for h in hits] for hits in search(probe)]
     rebuilt = MemoryIndex(encoder, config, fusion, backend, dated=False, dim=index.dim)
@@ -217,7 +242,7 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
         "add_session_encoding_ms": round(float(np.median(add_encode_ms)), 3) if add_encode_ms else None,
         "remove_session_ms": round(float(np.median(remove_ms)), 3),
         "save_s": round(save_s, 4), "load_s": round(load_s, 4), "index_file_mb": round(file_mb, 2),
-        "after_writes_equals_rebuild": after == same, "load_equals_saved": after == reloaded,
+        "after_writes_equals_rebuild": after == same, "load_equals_saved": after == reloaded, **ppr,
         **reference,
     }
 

@@ -8,7 +8,7 @@
 #  3. every kernel's resources (SASS), then the CUDA tests on the device, not the simulator (cuda-vs-cpu rankings on
 #     synthetic memories among them);
 #  4. the bench on cuda at 2,500 and 25,000 sessions for B = 1 ... 4,096: $OUT/bench_cuda.json and one summary line.
-# GPU_CHECK_DRY_RUN=1 walks every step on the CPU (the simulator, --device cpu, 50 and 500 sessions, B up to 256):
+# GPU_CHECK_DRY_RUN=1 walks every step on the CPU (the simulator, --device cpu, 50 sessions, B up to 16):
 # the script's own test where no GPU is lent. Results land in ${OUT:-benchmarks/results} (a dry run's in a temp dir).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +53,7 @@ if [ "$DRY" != 1 ] && ! "$PY" -c "import cupy" 2>/dev/null; then
 fi
 [ -n "${MISSING// }" ] && { echo "installing: $MISSING"; "$PY" -m pip install -q "${SOURCE[@]}" $MISSING || exit 2; }
 if [ "$DRY" = 1 ]; then
-  export NUMBA_ENABLE_CUDASIM=1 DEVICE=cpu SIZES="50 500" BATCHES="1 16 256"
+  export NUMBA_ENABLE_CUDASIM=1 DEVICE=cpu SIZES="50" BATCHES="1 16"
 else
   export NUMBA_ENABLE_CUDASIM=0 DEVICE=cuda SIZES="2500 25000" BATCHES="1 16 256 1024 4096"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu_check_device.txt"
@@ -90,7 +90,10 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 parts = [f"{d['backend']} {d['device']}"]
 for s in d["scales"]:
-    best = max(s["batch_qps"], key=lambda b: s["batch_qps"][b])
-    parts.append(f"{s['sessions']} sessions: p50 {s['single_p50_ms']} ms, B={best} {s['batch_qps'][best]} q/s")
+    qps = s["batch_qps"]
+    big = max(qps, key=int)
+    floor = f" (floor {s['ppr_floor_ms']} ms)" if s.get("ppr_floor_ms") is not None else ""
+    parts.append(f"{s['sessions']} sessions: single p50 {s['single_p50_ms']} ms, B={big} in {1000 * int(big) / qps[big]:.1f} ms, "
+                 f"PPR B={s.get('ppr_batch')} {s.get('ppr_ms')} ms{floor}")
 print("SUMMARY:", "; ".join(parts))
 PY
