@@ -16,10 +16,11 @@ from .index import Hit, LabelledQuestion, MemoryIndex, Session, Utterance
 from .memory import Dataset, Memory, MemoryBank, Question
 from .retrieve import METHODS, EmbeddedDataset, make_method
 from .snapshot import SnapshotError
+from .store import MemoryStore, StoreError
 
 __version__ = "0.2.0"
 
 __all__ = ["AssoMemConfig", "CachedEncoder", "DataFormatError", "Dataset", "EmbeddedDataset", "EmbeddingCache",
            "GraphConfig", "HashingEncoder", "Hit", "LabelledQuestion", "METHODS", "Memory", "MemoryBank",
-           "MemoryIndex", "Question", "Session", "SnapshotError", "TransformersEncoder", "Utterance", "evaluate",
+           "MemoryIndex", "MemoryStore", "Question", "Session", "SnapshotError", "StoreError", "TransformersEncoder", "Utterance", "evaluate",
            "load_dataset", "make_encoder", "make_method"]

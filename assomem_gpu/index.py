@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date as Date, datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -168,10 +168,13 @@ class MemoryIndex:
                 self.stage_seconds[name] += time.perf_counter() - start
 
     # ---- writes --------------------------------------------------------------------------------------------------
-    def add_sessions(self, sessions: Iterable[Session | Mapping], embeddings: np.ndarray | None = None) -> None:
+    def add_sessions(self, sessions: Iterable[Session | Mapping], embeddings: np.ndarray | None = None,
+                     journal: Callable[[list, np.ndarray], None] | None = None) -> None:
         """Add sessions (``Session`` records or dicts of the same fields). Their utterances are embedded as
         ``"<speaker>: <text>"`` in batches, unless ``embeddings`` gives one row per utterance (all sessions'
-        utterances in order; rows are L2-normalised). Raises before any change if any session is bad."""
+        utterances in order; rows are L2-normalised). Raises before any change if any session is bad.
+        ``journal(records, vectors)``, when given, runs under the write lock once every check has passed and before
+        the index changes (a store commits the write there): if it raises, nothing changes."""
         records = [_session(s, f"sessions[{i}]", self.dated) for i, s in enumerate(_listed(sessions, "sessions"))]
         _no_duplicates(records)
         n = sum(len(r[2]) for r in records)
@@ -183,9 +186,9 @@ class MemoryIndex:
         else:
             emb = _vectors(embeddings, "embeddings", n, self.dim)
         with self._lock.write():
-            self._add(records, emb)
+            self._add(records, emb, journal)
 
-    def _add(self, records: list[tuple[str, float, list[Turn], dict]], emb: np.ndarray) -> None:
+    def _add(self, records: list[tuple[str, float, list[Turn], dict]], emb: np.ndarray, journal=None) -> None:
         """Add checked records (the caller holds the write lock, or owns the index alone)."""
         bank = self._state.bank
         known = set(bank.utt_ids)
@@ -195,13 +198,15 @@ class MemoryIndex:
             clash = next((u for u, _, _ in turns if u in known), None)
             if clash is not None:
                 raise ValueError(f"sessions: utterance id {clash!r} is already in the index")
+        if journal is not None:
+            journal(records, emb)
         if records:
             with self._stage("add"):
                 self._state.add(records, emb)
 
-    def remove_sessions(self, session_ids: Iterable[str]) -> None:
+    def remove_sessions(self, session_ids: Iterable[str], journal: Callable[[list[str]], None] | None = None) -> None:
         """Remove these sessions; afterwards the index equals one built without them. Unknown ids raise
-        ``ValueError`` and remove nothing."""
+        ``ValueError`` and remove nothing. ``journal(ids)``: as in ``add_sessions``."""
         ids = _listed(session_ids, "session_ids")
         for i, sid in enumerate(ids):
             if not isinstance(sid, str):
@@ -211,6 +216,8 @@ class MemoryIndex:
             missing = [s for s, r in zip(ids, rows) if r is None]
             if missing:
                 raise ValueError(f"session_ids: not in the index: {', '.join(map(repr, missing[:5]))}")
+            if journal is not None:
+                journal(ids)
             if rows:
                 with self._stage("remove"):
                     self._state.remove(np.unique(np.asarray(rows, np.int64)))

@@ -13,3 +13,14 @@ def test_quick_start_runs_as_written(tmp_path, monkeypatch, capsys):
     exec(compile(code, "README quick start", "exec"), {})
     assert (tmp_path / "alice.npz").exists()
     assert "Lisbon" in capsys.readouterr().out
+
+
+def test_store_example_runs_as_written(tmp_path, monkeypatch):
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Many memories, on disk"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, "README store example", "exec"), scope)
+    assert scope["hits"] and "Miso" in scope["hits"][0].text
+    assert (tmp_path / "data" / "store.sqlite").exists()

@@ -1,0 +1,221 @@
+"""MemoryStore: SQLite as the source of truth, indexes derived; durable, whole writes; deletes that leave no byte;
+tenants that never see each other. Real SQLite files, and a real process killed with SIGKILL mid-write."""
+import hashlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from assomem_gpu import AssoMemConfig, GraphConfig
+from assomem_gpu.encode import HashingEncoder
+from assomem_gpu.store import MemoryStore, StoreError
+
+CONFIG = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3))
+WORDS = "kiwi banjo violet harbor mango quartz lantern tulip cobalt maple ember falcon".split()
+
+
+def session(sid: str, i: int, text: str | None = None) -> dict:
+    words = [WORDS[(i + j) % len(WORDS)] for j in range(4)]
+    return {"id": sid, "date": f"2024-01-{1 + i % 28:02d}", "metadata": {"i": i},
+            "utterances": [{"id": f"{sid}:{t}", "speaker": ["user", "assistant"][t % 2],
+                            "text": text if text and t == 0 else " ".join(words[t:] + words[:t])} for t in range(3)]}
+
+
+def open_store(path, **kw) -> MemoryStore:
+    return MemoryStore(path, HashingEncoder(), CONFIG, device="cpu", **kw)
+
+
+def hits(store, tenant, questions=("kiwi banjo", "harbor lantern", "falcon maple ember")):
+    return [[(h.utterance_id, round(h.score, 9) if h.score else None) for h in q]
+            for q in store.search(tenant, list(questions), k=5, question_date="2024-02-01")]
+
+
+def rows_digest(path) -> str:
+    db = sqlite3.connect(path / "store.sqlite")
+    h = hashlib.sha256()
+    for table in ("tenants", "sessions", "utterances"):
+        for row in db.execute(f"SELECT * FROM {table} ORDER BY 1, 2"):
+            h.update(repr(row).encode())
+    db.close()
+    return h.hexdigest()
+
+
+def test_writes_survive_a_reopen_from_snapshot_or_from_rows(tmp_path):
+    store = open_store(tmp_path)
+    store.create_tenant("ana")
+    store.add_sessions("ana", [session(f"s{i}", i) for i in range(12)])
+    store.remove_sessions("ana", ["s3", "s7"])
+    store.add_sessions("ana", [session("late", 40)])
+    live = hits(store, "ana")
+    store.close()  # writes the snapshot
+    assert len(list((tmp_path / "snapshots").glob("*.npz"))) == 1
+    with open_store(tmp_path) as again:
+        assert hits(again, "ana") == live and again.session_ids("ana")[-2:] == ["s11", "late"]
+        assert again.get_session("ana", "s1").metadata == {"i": 1}
+    for snap in (tmp_path / "snapshots").glob("*.npz"):
+        snap.unlink()  # no snapshot: rebuilt from the rows, the same index
+    with open_store(tmp_path) as rebuilt:
+        assert hits(rebuilt, "ana") == live
+        assert rebuilt.session_ids("ana", offset=1, limit=2) == ["s1", "s2"]
+
+
+def test_a_stale_snapshot_is_not_used(tmp_path):
+    with open_store(tmp_path) as store:
+        store.create_tenant("t")
+        store.add_sessions("t", [session(f"s{i}", i) for i in range(6)])
+    old = next((tmp_path / "snapshots").glob("*.npz")).read_bytes()
+    with open_store(tmp_path) as store:
+        store.add_sessions("t", [session("new", 9, "a note about the zeppelin museum")])
+        want = hits(store, "t", ["zeppelin museum"])
+    (tmp_path / "snapshots" / "1-1.npz").write_bytes(old)  # the snapshot of an earlier commit, as after a crash
+    with open_store(tmp_path) as store:
+        assert hits(store, "t", ["zeppelin museum"]) == want and want[0][0][0] == "new:0"
+
+
+def test_deleted_sessions_and_tenants_leave_no_byte_in_any_file(tmp_path):
+    secret = "my locker code is quetzalcoatl-7731"
+    store = open_store(tmp_path)
+    for tenant in ("a", "b"):
+        store.create_tenant(tenant)
+        store.add_sessions(tenant, [session(f"s{i}", i) for i in range(5)] + [session("secret", 7, secret)])
+    store.close()  # snapshots hold the secret too
+    store = open_store(tmp_path)
+
+    def files_holding(text: bytes) -> list[str]:
+        return [p.name for p in tmp_path.rglob("*") if p.is_file() and text in p.read_bytes()]
+
+    assert files_holding(secret.encode())  # it is there before
+    store.remove_sessions("a", ["secret"])
+    assert all(h.session_id != "secret" for q in store.search("a", [secret, "locker code"], k=20) for h in q)
+    store.delete_tenant("b")
+    assert store.tenants() == ["a"]
+    assert files_holding(secret.encode()) == [] and files_holding(b"quetzalcoatl") == []
+    with pytest.raises(KeyError):
+        store.search("b", "locker")
+    store.close()
+    assert files_holding(b"quetzalcoatl") == []
+
+
+def test_tenants_never_see_each_other(tmp_path):
+    with open_store(tmp_path, max_loaded=1) as store:  # one index in memory: tenants take turns through the LRU
+        for tenant in ("red", "blue", "green"):
+            store.create_tenant(tenant)
+            store.add_sessions(tenant, [session(f"{tenant}-{i}", i) for i in range(4)]
+                               + [session("shared", 3)])  # the same id and text in every tenant
+        for _ in range(3):
+            for tenant in ("red", "blue", "green"):
+                for q in store.search(tenant, ["kiwi banjo", "violet", "shared words"], k=20):
+                    assert q and all(h.session_id in (f"{tenant}-{i}" for i in range(4)) or h.session_id == "shared"
+                                     for h in q)
+                    assert {h.session_id for h in q} - {"shared"} <= {f"{tenant}-{i}" for i in range(4)}
+        store.remove_sessions("red", ["shared"])
+        assert "shared" in store.session_ids("blue") and "shared" not in store.session_ids("red")
+        with pytest.raises(KeyError):
+            store.get_session("red", "shared")
+
+
+@pytest.mark.parametrize("bad, error", [
+    ([session("s0", 0)], "already in the index"),  # duplicate session id
+    ([{"id": "x", "date": "2024-01-01", "utterances": [{"text": "  "}]}], "text"),
+    ([{"id": "x", "date": "not a date", "utterances": [{"text": "hi"}]}], "date"),
+    ([{"id": 7, "date": "2024-01-01", "utterances": [{"text": "hi"}]}], "id"),
+    ([session("ok", 1), session("ok", 2)], "ok"),  # the same id twice in one batch: not even the first is added
+])
+def test_bad_input_changes_nothing_on_disk(tmp_path, bad, error):
+    with open_store(tmp_path) as store:
+        store.create_tenant("t")
+        store.add_sessions("t", [session("s0", 0)])
+        before, want = rows_digest(tmp_path), hits(store, "t")
+        with pytest.raises((ValueError, TypeError), match=error):
+            store.add_sessions("t", bad)
+        with pytest.raises(ValueError, match="not in the index"):
+            store.remove_sessions("t", ["s0", "nope"])
+        assert rows_digest(tmp_path) == before and hits(store, "t") == want
+        with pytest.raises(ValueError, match="exists"):
+            store.create_tenant("t")
+        with pytest.raises(ValueError, match="tenant"):
+            store.create_tenant("  ")
+
+
+def test_a_store_refuses_another_encoder_another_version_or_another_file(tmp_path):
+    open_store(tmp_path).close()
+    with pytest.raises(StoreError, match="hashing"):
+        MemoryStore(tmp_path, HashingEncoder(dim=64), CONFIG, device="cpu")
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    db.commit(), db.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        open_store(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "store.sqlite").write_bytes(b"this is not a database, just text" * 100)
+    with pytest.raises(StoreError, match="not a memory store"):
+        open_store(other)
+
+
+WRITER = """
+import sys
+from assomem_gpu import AssoMemConfig, GraphConfig
+from assomem_gpu.encode import HashingEncoder
+from assomem_gpu.store import MemoryStore
+sys.path.insert(0, sys.argv[2])
+from test_store import CONFIG, session
+store = MemoryStore(sys.argv[1], HashingEncoder(), CONFIG, device="cpu")
+if "t" not in store.tenants():
+    store.create_tenant("t")
+start = int(sys.argv[3])
+for i in range(start, start + 10_000):
+    store.add_sessions("t", [session(f"s{i}", i)])
+    print(f"added s{i}", flush=True)
+    if i % 3 == 0 and i > start:
+        store.remove_sessions("t", [f"s{i - 1}"])
+        print(f"removed s{i - 1}", flush=True)
+"""
+
+
+def test_every_acknowledged_write_survives_kill_9(tmp_path):
+    """A writer process killed with SIGKILL at random moments; after each kill every acknowledged add and remove is
+    there, no session is half there, and the file is sound. ASSOMEM_CRASH_ROUNDS sets the rounds (CI: 6)."""
+    import random
+
+    rng = random.Random(0)
+    present: set[str] = set()
+    start = 0
+    for _ in range(int(os.environ.get("ASSOMEM_CRASH_ROUNDS", "6"))):
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), os.path.dirname(__file__), str(start)],
+                                stdout=subprocess.PIPE, text=True, env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"})
+        acknowledged = []
+        deadline = time.monotonic() + rng.uniform(0.5, 2.5)
+        os.set_blocking(proc.stdout.fileno(), False)
+        while time.monotonic() < deadline or not acknowledged:
+            line = proc.stdout.readline()
+            if line:
+                acknowledged.append(line.split())
+            else:
+                time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        os.set_blocking(proc.stdout.fileno(), True)
+        rest = proc.communicate()[0]
+        acknowledged += [line.split() for line in rest.splitlines() if line.strip()]
+        for verb, sid in acknowledged:
+            (present.add if verb == "added" else present.discard)(sid)
+        verb, sid = acknowledged[-1]  # the write that may have committed without its acknowledgement
+        i = int(sid[1:])
+        if verb == "added" and i % 3 == 0 and i > start:
+            in_flight = present - {f"s{i - 1}"}
+        else:
+            in_flight = present | {f"s{i + 1 if verb == 'added' else i + 2}"}
+        start += 100_000
+        db = sqlite3.connect(tmp_path / "store.sqlite")
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT count(*) FROM utterances GROUP BY session HAVING count(*) != 3").fetchall() == []
+        db.close()
+        with open_store(tmp_path) as store:
+            held = set(store.session_ids("t"))
+            assert held in (present, in_flight)
+            present = held
+            assert store.search("t", "kiwi banjo", k=3)
