@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -35,6 +35,10 @@ CREATE TABLE utterances (
     embedding BLOB NOT NULL,  -- float32, the store's dimension
     PRIMARY KEY (session, position),
     UNIQUE (tenant, utterance_id)
+);
+CREATE TABLE api_keys (
+    hash TEXT PRIMARY KEY,  -- sha256 of the key: the key itself is never stored
+    tenant INTEGER NOT NULL REFERENCES tenants(id) ON DELETE CASCADE
 );
 """
 

@@ -13,8 +13,11 @@ store's directory. Tenants are hard partitions: each has its own index, so a sea
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
+import secrets
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -67,6 +70,24 @@ class MemoryStore:
             if self._db.execute("SELECT 1 FROM tenants WHERE name = ?", [name]).fetchone():
                 raise ValueError(f"tenant: {name!r} exists")
             self._db.execute("INSERT INTO tenants (name) VALUES (?)", [name])
+
+    def issue_key(self, tenant: str) -> str:
+        """A new API key for the tenant (returned once; only its sha256 is stored)."""
+        tenant_id = self._tenant_id(tenant)
+        key = secrets.token_urlsafe(32)
+        with self._db_lock:
+            self._db.execute("INSERT INTO api_keys VALUES (?, ?)", [_digest(key), tenant_id])
+        return key
+
+    def tenant_of_key(self, key: str) -> str | None:
+        """The tenant an API key belongs to, or None."""
+        if not isinstance(key, str) or not key:
+            return None
+        digest = _digest(key)
+        with self._db_lock:
+            found = self._db.execute("SELECT k.hash, t.name FROM api_keys k JOIN tenants t ON t.id = k.tenant "
+                                     "WHERE k.hash = ?", [digest]).fetchone()
+        return found[1] if found is not None and hmac.compare_digest(found[0], digest) else None
 
     def tenants(self) -> list[str]:
         with self._db_lock:
@@ -140,6 +161,11 @@ class MemoryStore:
             return [r[0] for r in self._db.execute("SELECT session_id FROM sessions WHERE tenant = ? ORDER BY id "
                                                    "LIMIT ? OFFSET ?", [tenant_id, -1 if limit is None else limit,
                                                                         offset])]
+
+    def loaded(self) -> int:
+        """Tenant indexes held in memory now."""
+        with self._lock:
+            return len(self._loaded)
 
     def index(self, tenant: str) -> MemoryIndex:
         """The tenant's index (loaded or rebuilt if it is not in memory)."""
@@ -280,6 +306,10 @@ class MemoryStore:
         if keep is None:
             with self._db_lock:
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def _name(name: Any) -> None:

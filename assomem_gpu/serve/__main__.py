@@ -1,0 +1,52 @@
+"""``python -m assomem_gpu.serve --data DIR``: the memory service on uvicorn.
+
+The admin key comes from ``--admin-key`` or ``$ASSOMEM_ADMIN_KEY``. The store's encoder, config and device are the
+index defaults unless given.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .models import MAX_BODY_BYTES
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m assomem_gpu.serve", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data", required=True, help="the store's directory (store.sqlite, snapshots/)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--encoder", default="all-MiniLM-L6-v2", help="model id or folder ('hashing': the test encoder)")
+    p.add_argument("--admin-key", default=os.environ.get("ASSOMEM_ADMIN_KEY"), help="default $ASSOMEM_ADMIN_KEY")
+    p.add_argument("--undated", action="store_true", help="sessions and questions may have no date")
+    p.add_argument("--max-loaded", type=int, default=8, help="tenant indexes held in memory")
+    p.add_argument("--max-body-mb", type=float, default=MAX_BODY_BYTES / 2**20, help="request body limit")
+    args = p.parse_args(argv)
+    if not args.admin_key:
+        print("error: an admin key is needed: --admin-key or $ASSOMEM_ADMIN_KEY", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from ..encode import make_encoder
+    from ..store import MemoryStore, StoreError
+    from .app import create_app
+
+    try:
+        store = MemoryStore(args.data, make_encoder(args.encoder, cache=False), device=args.device,
+                            dated=not args.undated, max_loaded=args.max_loaded)
+    except (StoreError, ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(store, args.admin_key, int(args.max_body_mb * 2**20))
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The HTTP service over a ``MemoryStore`` (FastAPI): tenants by API key, sessions, search, health and metrics.
+
+Every route but the health checks, the metrics and the docs takes ``Authorization: Bearer <key>``: a tenant's key
+for its sessions and searches (the key names the tenant, so no route can reach another tenant's rows: another
+tenant's ids are simply not found, 404), the admin key for tenants and keys. Missing key: 401; a key of the wrong
+kind or unknown: 403. Bad input: 422 naming the field; a body over the limit: 413. A 2xx on a write means the write
+is on disk, whole. Routes are plain functions, so encoding and searching run in FastAPI's worker threads, off the
+event loop.
+"""
+from __future__ import annotations
+
+import hmac
+import math
+import time
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+
+from ..store import MemoryStore
+from .models import (MAX_BODY_BYTES, Added, AddSessions, NewTenant, Search, SearchOut, SessionOut, SessionPage,
+                     TenantKey)
+
+bearer = HTTPBearer(auto_error=False)
+
+
+def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+    """The service for ``store``; ``admin_key`` guards tenant and key management."""
+    if not admin_key:
+        raise ValueError("admin_key: must be a non-empty string")
+    app = FastAPI(title="assomem_gpu memory service", version="1")
+    registry = CollectorRegistry()
+    latency = Histogram("assomem_request_seconds", "request latency", ["route", "method", "status"],
+                        registry=registry)
+    tenants = Gauge("assomem_tenants", "tenants in the store", registry=registry)
+    loaded = Gauge("assomem_loaded_indexes", "tenant indexes held in memory", registry=registry)
+
+    @app.middleware("http")
+    async def limit_and_time(request: Request, call_next):
+        start = time.perf_counter()
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > max_body_bytes):
+            response = JSONResponse({"detail": f"body: over the limit of {max_body_bytes} bytes"}, status_code=413)
+        else:
+            response = await call_next(request)
+        route = request.scope.get("route")
+        latency.labels(getattr(route, "path", "unmatched"), request.method,
+                       str(response.status_code)).observe(time.perf_counter() - start)
+        return response
+
+    def credentials(creds: HTTPAuthorizationCredentials | None) -> str:
+        if creds is None or not creds.credentials:
+            raise HTTPException(401, "authorization: a bearer key is required", {"WWW-Authenticate": "Bearer"})
+        return creds.credentials
+
+    def tenant(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> str:
+        name = store.tenant_of_key(credentials(creds))
+        if name is None:
+            raise HTTPException(403, "authorization: not a tenant's key")
+        return name
+
+    def admin(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if not hmac.compare_digest(credentials(creds).encode(), admin_key.encode()):
+            raise HTTPException(403, "authorization: not the admin key")
+
+    def bad_input(exc: Exception) -> HTTPException:
+        return HTTPException(422, str(exc).strip("'\""))
+
+    # ---- health and metrics --------------------------------------------------------------------------------------
+    @app.get("/healthz")
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> dict:
+        return {"status": "ready", "tenants": len(store.tenants())}
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        tenants.set(len(store.tenants()))
+        loaded.set(store.loaded())
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    # ---- tenants (admin) -----------------------------------------------------------------------------------------
+    @app.post("/v1/tenants", status_code=201, response_model=TenantKey, dependencies=[Depends(admin)])
+    def create_tenant(body: NewTenant) -> TenantKey:
+        try:
+            store.create_tenant(body.name)
+        except ValueError as exc:
+            raise HTTPException(409, str(exc)) from exc
+        return TenantKey(tenant=body.name, api_key=store.issue_key(body.name))
+
+    @app.post("/v1/tenants/{name}/keys", status_code=201, response_model=TenantKey, dependencies=[Depends(admin)])
+    def new_key(name: str) -> TenantKey:
+        try:
+            return TenantKey(tenant=name, api_key=store.issue_key(name))
+        except KeyError as exc:
+            raise HTTPException(404, f"tenant {name!r} not found") from exc
+
+    @app.delete("/v1/tenants/{name}", status_code=204, dependencies=[Depends(admin)])
+    def delete_tenant(name: str) -> Response:
+        try:
+            store.delete_tenant(name)
+        except KeyError as exc:
+            raise HTTPException(404, f"tenant {name!r} not found") from exc
+        return Response(status_code=204)
+
+    # ---- sessions and search (a tenant's key) --------------------------------------------------------------------
+    @app.post("/v1/sessions", status_code=201, response_model=Added)
+    def add_sessions(body: AddSessions, name: str = Depends(tenant)) -> Added:
+        sessions = [s.model_dump() for s in body.sessions]
+        try:
+            store.add_sessions(name, sessions)
+        except (ValueError, TypeError) as exc:
+            raise bad_input(exc) from exc
+        return Added(added=[s["id"] for s in sessions])
+
+    @app.get("/v1/sessions", response_model=SessionPage)
+    def list_sessions(offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=1000),
+                      name: str = Depends(tenant)) -> SessionPage:
+        return SessionPage(sessions=store.session_ids(name, offset, limit), offset=offset, limit=limit)
+
+    @app.get("/v1/sessions/{session_id}", response_model=SessionOut)
+    def get_session(session_id: str, name: str = Depends(tenant)) -> SessionOut:
+        try:
+            s = store.get_session(name, session_id)
+        except KeyError as exc:
+            raise HTTPException(404, f"session {session_id!r} not found") from exc
+        return SessionOut(id=s.id, date=None if math.isnan(s.date) else s.date, metadata=dict(s.metadata),
+                          utterances=[{"id": u.id, "speaker": u.speaker, "text": u.text} for u in s.utterances])
+
+    @app.delete("/v1/sessions/{session_id}", status_code=204)
+    def delete_session(session_id: str, name: str = Depends(tenant)) -> Response:
+        try:
+            store.remove_sessions(name, [session_id])
+        except ValueError as exc:
+            raise HTTPException(404, f"session {session_id!r} not found") from exc
+        return Response(status_code=204)
+
+    @app.post("/v1/search", response_model=SearchOut)
+    def search(body: Search, name: str = Depends(tenant)) -> SearchOut:
+        try:
+            found = store.search(name, body.questions, k=body.k, question_date=body.question_date,
+                                 sessions=body.sessions, since=body.since, until=body.until)
+        except (ValueError, TypeError) as exc:
+            raise bad_input(exc) from exc
+        return SearchOut(results=[[{**h.fields(), "text": h.text, "metadata": dict(h.metadata)} for h in hits]
+                                  for hits in found])
+
+    return app

@@ -1,0 +1,82 @@
+"""A Python client of the memory service (httpx), with the in-process ``MemoryStore``'s verbs for one tenant.
+
+Errors come back as the in-process API raises them: 422/413 → ``ValueError`` (the server's message names the
+field or the limit), 404 → ``KeyError``, 401/403 → ``PermissionError``.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import httpx
+
+from ..index import Hit, Session, Utterance
+
+
+class MemoryClient:
+    """``MemoryClient("http://127.0.0.1:8000", key)``: a tenant's memory over HTTP (or the admin's, for
+    ``create_tenant`` / ``delete_tenant`` / ``issue_key``)."""
+
+    def __init__(self, base_url: str, api_key: str, timeout: float = 60.0):
+        self._http = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "MemoryClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kwargs) -> Any:
+        r = self._http.request(method, path, **kwargs)
+        if r.status_code < 400:
+            return r.json() if r.content else None
+        detail = r.json().get("detail", r.text) if r.headers.get("content-type", "").startswith("application/json") \
+            else r.text
+        error = {404: KeyError, 401: PermissionError, 403: PermissionError}.get(r.status_code, ValueError)
+        raise error(f"{r.status_code}: {detail}")
+
+    # ---- admin ---------------------------------------------------------------------------------------------------
+    def create_tenant(self, name: str) -> str:
+        """Create a tenant; returns its first API key."""
+        return self._call("POST", "/v1/tenants", json={"name": name})["api_key"]
+
+    def issue_key(self, name: str) -> str:
+        return self._call("POST", f"/v1/tenants/{name}/keys")["api_key"]
+
+    def delete_tenant(self, name: str) -> None:
+        self._call("DELETE", f"/v1/tenants/{name}")
+
+    # ---- a tenant's memory ---------------------------------------------------------------------------------------
+    def add_sessions(self, sessions: Iterable[Session | Mapping]) -> list[str]:
+        body = [_plain(s) for s in sessions]
+        return self._call("POST", "/v1/sessions", json={"sessions": body})["added"]
+
+    def remove_sessions(self, session_ids: Iterable[str]) -> None:
+        for sid in session_ids:
+            self._call("DELETE", f"/v1/sessions/{sid}")
+
+    def get_session(self, session_id: str) -> Session:
+        s = self._call("GET", f"/v1/sessions/{session_id}")
+        return Session(s["id"], s["date"], [Utterance(u["text"], u["speaker"], u["id"]) for u in s["utterances"]],
+                       s["metadata"])
+
+    def session_ids(self, offset: int = 0, limit: int = 100) -> list[str]:
+        return self._call("GET", "/v1/sessions", params={"offset": offset, "limit": limit})["sessions"]
+
+    def search(self, questions: str | list[str], k: int = 10, **filters) -> list:
+        """As ``MemoryIndex.search``: hits for one question, or a list of them for several."""
+        single = isinstance(questions, str)
+        body = {"questions": [questions] if single else list(questions), "k": k, **filters}
+        results = [[Hit(**h) for h in hits] for hits in self._call("POST", "/v1/search", json=body)["results"]]
+        return results[0] if single else results
+
+
+def _plain(session: Session | Mapping) -> dict:
+    if isinstance(session, Mapping):
+        return dict(session)
+    utts = [{"text": u} if isinstance(u, str) else
+            dict(u) if isinstance(u, Mapping) else {"text": u.text, "speaker": u.speaker, "id": u.id}
+            for u in session.utterances]
+    return {"id": session.id, "date": session.date, "utterances": utts, "metadata": dict(session.metadata)}

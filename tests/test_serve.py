@@ -1,0 +1,182 @@
+"""The memory service as users run it: a real server process on loopback over a real SQLite file, driven with httpx
+and the Python client. Auth, isolation, bad input (a 4xx naming the field, the store unchanged), limits, restart."""
+import hashlib
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+from assomem_gpu.serve.client import MemoryClient  # noqa: E402
+
+ADMIN = "admin-secret-for-tests"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(data, port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "assomem_gpu.serve", "--data", str(data), "--port", str(port),
+                             "--encoder", "hashing", "--device", "cpu", "--max-body-mb", "0.25"],
+                            env={**os.environ, "ASSOMEM_ADMIN_KEY": ADMIN}, stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"the server did not start: {proc.stderr.read()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data, port = tmp_path_factory.mktemp("store"), free_port()
+    proc = start(data, port)
+    yield f"http://127.0.0.1:{port}", data, port, proc
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def session(sid: str, text: str, day: int = 1) -> dict:
+    return {"id": sid, "date": f"2024-03-{day:02d}", "metadata": {"source": "test"},
+            "utterances": [{"speaker": "user", "text": text}, {"speaker": "assistant", "text": f"noted: {text}"}]}
+
+
+def digest(data) -> str:
+    db = sqlite3.connect(data / "store.sqlite")
+    h = hashlib.sha256(repr([db.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+                             for t in ("tenants", "sessions", "utterances", "api_keys")]).encode()).hexdigest()
+    db.close()
+    return h
+
+
+def test_health_metrics_and_openapi(server):
+    url = server[0]
+    assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}
+    assert "assomem_request_seconds" in httpx.get(f"{url}/metrics").text
+    paths = httpx.get(f"{url}/openapi.json").json()["paths"]
+    assert {"/v1/tenants", "/v1/sessions", "/v1/sessions/{session_id}", "/v1/search"} <= set(paths)
+
+
+def test_tenants_keys_and_isolation(server):
+    url = server[0]
+    admin = MemoryClient(url, ADMIN)
+    a, b = MemoryClient(url, admin.create_tenant("iso-a")), MemoryClient(url, admin.create_tenant("iso-b"))
+    a.add_sessions([session("same", "my passport number is in the blue drawer"), session("a-only", "I like figs")])
+    b.add_sessions([session("same", "my passport number is in the blue drawer"), session("b-only", "I like plums")])
+    for client, mine in ((a, "a-only"), (b, "b-only")):
+        for q in client.search(["passport drawer", "I like fruit", "figs plums"], k=10):
+            assert {h.session_id for h in q} <= {"same", mine}
+    with pytest.raises(KeyError):
+        b.get_session("a-only")
+    with pytest.raises(KeyError):
+        b.remove_sessions(["a-only"])
+    assert "a-only" in a.session_ids()
+    # keys: none, unknown, a tenant's on an admin route, the admin's on a tenant route
+    assert httpx.get(f"{url}/v1/sessions").status_code == 401
+    assert httpx.get(f"{url}/v1/sessions", headers={"Authorization": "Bearer nope"}).status_code == 403
+    with pytest.raises(PermissionError):
+        a.create_tenant("sneaky")
+    with pytest.raises(PermissionError):
+        MemoryClient(url, ADMIN).session_ids()
+    second = MemoryClient(url, admin.issue_key("iso-a"))
+    assert second.session_ids() == a.session_ids()
+    admin.delete_tenant("iso-b")
+    with pytest.raises(PermissionError):
+        b.session_ids()  # its key went with it
+
+
+def test_sessions_round_trip_and_deletes(server):
+    url = server[0]
+    c = MemoryClient(url, MemoryClient(url, ADMIN).create_tenant("rt"))
+    c.add_sessions([session(f"s{i}", f"note {i} about the {w} festival", 1 + i)
+                    for i, w in enumerate(["lantern", "kite", "cheese", "jazz", "film"])])
+    got = c.get_session("s2")
+    assert got.utterances[0].text == "note 2 about the cheese festival" and got.metadata == {"source": "test"}
+    assert c.session_ids(offset=1, limit=2) == ["s1", "s2"]
+    assert c.search("cheese festival", k=1)[0].session_id == "s2"
+    c.remove_sessions(["s2"])
+    with pytest.raises(KeyError):
+        c.get_session("s2")
+    assert all(h.session_id != "s2" for h in c.search("cheese festival", k=20))
+    hits = c.search("jazz", k=3, since="2024-03-04", until="2024-03-04")
+    assert hits and {h.session_id for h in hits} == {"s3"}
+
+
+BAD = [  # (what is sent, the field or limit the answer must name)
+    ({"sessions": []}, "sessions"),
+    ({"sessions": [{"id": "x", "date": "2024-01-01", "utterances": []}]}, "utterances"),
+    ({"sessions": [{"id": "x", "date": "2024-01-01", "utterances": [{"text": ""}]}]}, "text"),
+    ({"sessions": [{"id": "x", "date": "2024-01-01", "utterances": [{"text": "   "}]}]}, "text"),
+    ({"sessions": [{"id": "", "date": "2024-01-01", "utterances": [{"text": "hi"}]}]}, "id"),
+    ({"sessions": [{"id": 5, "date": "2024-01-01", "utterances": [{"text": "hi"}]}]}, "id"),
+    ({"sessions": [{"date": "2024-01-01", "utterances": [{"text": "hi"}]}]}, "id"),
+    ({"sessions": [{"id": "x", "date": "yesterday-ish", "utterances": [{"text": "hi"}]}]}, "date"),
+    ({"sessions": [{"id": "x", "utterances": [{"text": "hi"}]}]}, "date"),
+    ({"sessions": [{"id": "x", "date": "2024-01-01", "utterances": [{"text": "hi"}], "colour": 1}]}, "colour"),
+    ({"sessions": [session("dup", "a"), session("dup", "b")]}, "dup"),
+    ({"sessions": [session("kept", "already here")]}, "already in the index"),
+    ({"sessions": [{"id": "x", "date": "2024-01-01", "utterances": [{"text": "x" * 20_001}]}]}, "text"),
+    ({"sessions": [{"id": "x", "date": "2024-01-01", "metadata": [1], "utterances": [{"text": "hi"}]}]}, "metadata"),
+    ("not json at all", "json"),
+]
+BAD_SEARCH = [
+    ({"questions": [], "k": 3}, "questions"),
+    ({"questions": ["a"], "k": 0}, "k"),
+    ({"questions": ["a"], "k": 10**9}, "k"),
+    ({"questions": ["a"], "k": 3, "sessions": ["no-such-session"]}, "sessions"),
+    ({"questions": ["a"], "k": 3, "since": "the day after"}, "since"),
+    ({"questions": ["a"], "k": 3, "filter": {"x": 1}}, "filter"),
+    ({"questions": [7], "k": 3}, "questions"),
+]
+
+
+def test_bad_input_names_the_field_and_changes_nothing(server):
+    url, data = server[0], server[1]
+    key = MemoryClient(url, ADMIN).create_tenant("bad")
+    headers = {"Authorization": f"Bearer {key}"}
+    MemoryClient(url, key).add_sessions([session("kept", "already here")])
+    before = digest(data)
+    for body, field in BAD + [(b, f) for b, f in BAD_SEARCH]:
+        route = "/v1/search" if (isinstance(body, dict) and "questions" in body) else "/v1/sessions"
+        kwargs = {"content": body, "headers": {**headers, "content-type": "application/json"}} \
+            if isinstance(body, str) else {"json": body, "headers": headers}
+        r = httpx.post(f"{url}{route}", **kwargs)
+        assert 400 <= r.status_code < 500 and field in r.text.lower(), (body, r.status_code, r.text[:300])
+    big = {"sessions": [session(f"b{i}", "y" * 10_000) for i in range(30)]}  # about 600 KB: over the 0.25 MB limit
+    r = httpx.post(f"{url}/v1/sessions", json=big, headers=headers)
+    assert r.status_code == 413 and "limit" in r.text
+    r = httpx.post(f"{url}/v1/sessions", content=b"\xff\xfe{not utf-8", headers={**headers,
+                                                                                  "content-type": "application/json"})
+    assert r.status_code == 422
+    assert digest(data) == before
+
+
+def test_acknowledged_writes_survive_kill_9_and_restart(tmp_path):
+    port = free_port()
+    proc = start(tmp_path, port)
+    url = f"http://127.0.0.1:{port}"
+    c = MemoryClient(url, MemoryClient(url, ADMIN).create_tenant("durable"))
+    c.add_sessions([session(f"d{i}", f"durable fact number {i}") for i in range(5)])
+    c.remove_sessions(["d1"])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    started = time.perf_counter()
+    proc = start(tmp_path, port)
+    try:
+        assert c.session_ids() == ["d0", "d2", "d3", "d4"]
+        assert c.search("durable fact number 3", k=1)[0].session_id == "d3"
+        assert time.perf_counter() - started < 60
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
