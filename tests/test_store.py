@@ -219,3 +219,47 @@ def test_every_acknowledged_write_survives_kill_9(tmp_path):
             assert held in (present, in_flight)
             present = held
             assert store.search("t", "kiwi banjo", k=3)
+
+
+def test_concurrent_searches_share_one_engine_call_and_get_their_own_answers(tmp_path):
+    """The service's micro-batching (serve/batching.py) over a real store: 12 threads at once, each with its own
+    questions, k and date; every answer equals the search run alone; fewer engine calls than requests; a bad
+    request fails alone."""
+    import threading
+
+    pytest.importorskip("fastapi")
+    from assomem_gpu.serve.batching import SearchBatcher
+
+    config = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3), tol=1e-10)
+    with MemoryStore(tmp_path, HashingEncoder(), config, device="cpu") as store:
+        store.create_tenant("t")
+        store.add_sessions("t", [session(f"s{i}", i) for i in range(20)])
+        batcher = SearchBatcher(store, wait_s=0.2)
+        asks = [([f"{WORDS[i % 12]} {WORDS[(i * 5) % 12]}", WORDS[(i + 3) % 12]], 1 + i % 6, f"2024-02-{1 + i:02d}")
+                for i in range(12)]
+
+        def together(asked):
+            got: dict[int, object] = {}
+
+            def ask(i):
+                try:
+                    got[i] = batcher.search("t", *asked[i])
+                except ValueError as exc:
+                    got[i] = exc
+
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(asked))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return got
+
+        got = together(asks)
+        assert batcher.requests == 12 and batcher.batches <= 3  # the threads start within the 200 ms window
+        for i, (questions, k, date) in enumerate(asks):
+            alone = store.search("t", questions, k=k, question_date=date)
+            assert [[h.utterance_id for h in q] for q in got[i]] == [[h.utterance_id for h in q] for q in alone]
+        got = together([asks[0], (["kiwi"], 3, "not a date"), asks[1]])
+        assert isinstance(got[1], ValueError) and "question_date" in str(got[1])
+        assert [[h.utterance_id for h in q] for q in got[2]] == \
+            [[h.utterance_id for h in q] for q in store.search("t", asks[1][0], k=asks[1][1], question_date=asks[1][2])]

@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--undated", action="store_true", help="sessions and questions may have no date")
     p.add_argument("--max-loaded", type=int, default=8, help="tenant indexes held in memory")
     p.add_argument("--max-body-mb", type=float, default=MAX_BODY_BYTES / 2**20, help="request body limit")
+    p.add_argument("--batch-wait-ms", type=float, default=2.0,
+                   help="how long a search waits for concurrent ones to share its engine call")
     args = p.parse_args(argv)
     if not args.admin_key:
         print("error: an admin key is needed: --admin-key or $ASSOMEM_ADMIN_KEY", file=sys.stderr)
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     except (StoreError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    app = create_app(store, args.admin_key, int(args.max_body_mb * 2**20))
+    app = create_app(store, args.admin_key, int(args.max_body_mb * 2**20), args.batch_wait_ms / 1000)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:

@@ -19,22 +19,28 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
 
 from ..store import MemoryStore
+from .batching import SearchBatcher
 from .models import (MAX_BODY_BYTES, Added, AddSessions, NewTenant, Search, SearchOut, SessionOut, SessionPage,
                      TenantKey)
 
 bearer = HTTPBearer(auto_error=False)
 
 
-def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    """The service for ``store``; ``admin_key`` guards tenant and key management."""
+def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BODY_BYTES,
+               batch_wait_s: float = 0.002) -> FastAPI:
+    """The service for ``store``; ``admin_key`` guards tenant and key management; concurrent searches of a tenant
+    are gathered for ``batch_wait_s`` seconds into one engine call (``batching.SearchBatcher``)."""
     if not admin_key:
         raise ValueError("admin_key: must be a non-empty string")
+    batcher = SearchBatcher(store, batch_wait_s)
     app = FastAPI(title="assomem_gpu memory service", version="1")
     registry = CollectorRegistry()
     latency = Histogram("assomem_request_seconds", "request latency", ["route", "method", "status"],
                         registry=registry)
     tenants = Gauge("assomem_tenants", "tenants in the store", registry=registry)
     loaded = Gauge("assomem_loaded_indexes", "tenant indexes held in memory", registry=registry)
+    searches = Gauge("assomem_search_requests", "search requests received", registry=registry)
+    batches = Gauge("assomem_search_batches", "batched engine calls that answered them", registry=registry)
 
     @app.middleware("http")
     async def limit_and_time(request: Request, call_next):
@@ -80,6 +86,8 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
     def metrics() -> Response:
         tenants.set(len(store.tenants()))
         loaded.set(store.loaded())
+        searches.set(batcher.requests)
+        batches.set(batcher.batches)
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     # ---- tenants (admin) -----------------------------------------------------------------------------------------
@@ -141,8 +149,8 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
     @app.post("/v1/search", response_model=SearchOut)
     def search(body: Search, name: str = Depends(tenant)) -> SearchOut:
         try:
-            found = store.search(name, body.questions, k=body.k, question_date=body.question_date,
-                                 sessions=body.sessions, since=body.since, until=body.until)
+            found = batcher.search(name, body.questions, k=body.k, question_date=body.question_date,
+                                   sessions=body.sessions, since=body.since, until=body.until)
         except (ValueError, TypeError) as exc:
             raise bad_input(exc) from exc
         return SearchOut(results=[[{**h.fields(), "text": h.text, "metadata": dict(h.metadata)} for h in hits]
