@@ -263,3 +263,33 @@ def test_concurrent_searches_share_one_engine_call_and_get_their_own_answers(tmp
         assert isinstance(got[1], ValueError) and "question_date" in str(got[1])
         assert [[h.utterance_id for h in q] for q in got[2]] == \
             [[h.utterance_id for h in q] for q in store.search("t", asks[1][0], k=asks[1][1], question_date=asks[1][2])]
+
+
+def test_store_cli_imports_exports_and_counts(tmp_path, meetingqa_file):
+    """import a dataset file into a tenant, export it as JSON Lines (what was imported comes back), stats."""
+    import json
+
+    from assomem_gpu.data import load_dataset
+
+    data = tmp_path / "store"
+    run = [sys.executable, "-m", "assomem_gpu.store"]
+    common = ["--data", str(data), "--encoder", "hashing"]
+    done = subprocess.run(run + ["import", *common, "--tenant", "mq", "--dataset", f"meetingqa:{meetingqa_file}",
+                                 "--undated"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    bank = load_dataset(f"meetingqa:{meetingqa_file}").bank
+    out = tmp_path / "mq.jsonl"
+    done = subprocess.run(run + ["export", *common, "--tenant", "mq", "--output", str(out)], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    exported = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [s["id"] for s in exported] == [sid for s, sid in enumerate(bank.session_ids)
+                                           if any(t.strip() for t in bank.utt_texts[bank.offsets[s]:bank.offsets[s + 1]])]
+    assert exported[0]["utterances"][0]["text"] == bank.utt_texts[0]
+    stats = json.loads(subprocess.run(run + ["stats", *common], capture_output=True, text=True).stdout)
+    assert stats["tenants"]["mq"]["sessions"] == len(exported) and "store.sqlite" in stats["files_bytes"]
+    again = subprocess.run(run + ["import", *common, "--tenant", "mq", "--dataset", f"meetingqa:{meetingqa_file}",
+                                  "--undated"], capture_output=True, text=True)
+    assert again.returncode == 0 and f"imported 0 sessions" in again.stdout
+    bad = subprocess.run(run + ["export", *common, "--tenant", "nobody"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "nobody" in bad.stderr

@@ -162,6 +162,14 @@ class MemoryStore:
                                                    "LIMIT ? OFFSET ?", [tenant_id, -1 if limit is None else limit,
                                                                         offset])]
 
+    def stats(self, tenant: str) -> dict:
+        """Sessions and utterances the tenant holds, and its writes committed."""
+        tenant_id = self._tenant_id(tenant)
+        with self._db_lock:
+            sessions = self._db.execute("SELECT count(*) FROM sessions WHERE tenant = ?", [tenant_id]).fetchone()[0]
+            utterances = self._db.execute("SELECT count(*) FROM utterances WHERE tenant = ?", [tenant_id]).fetchone()[0]
+        return {"sessions": sessions, "utterances": utterances, "commits": self._commits(tenant_id)}
+
     def loaded(self) -> int:
         """Tenant indexes held in memory now."""
         with self._lock:
