@@ -125,7 +125,7 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
         return Added(added=[s["id"] for s in sessions])
 
     @app.get("/v1/sessions", response_model=SessionPage)
-    def list_sessions(offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=1000),
+    def list_sessions(offset: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=1000),
                       name: str = Depends(tenant)) -> SessionPage:
         return SessionPage(sessions=store.session_ids(name, offset, limit), offset=offset, limit=limit)
 

@@ -154,8 +154,8 @@ class MemoryStore:
     def session_ids(self, tenant: str, offset: int = 0, limit: int | None = None) -> list[str]:
         """The tenant's session ids in the order they were added, from ``offset``, at most ``limit``."""
         for name, value in (("offset", offset), ("limit", limit)):
-            if value is not None and not (isinstance(value, int) and value >= 0):
-                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
+            if value is not None and not (isinstance(value, int) and 0 <= value <= 2**62):
+                raise ValueError(f"{name}: must be an integer from 0 to 2**62, got {value!r}")
         tenant_id = self._tenant_id(tenant)
         with self._db_lock:
             return [r[0] for r in self._db.execute("SELECT session_id FROM sessions WHERE tenant = ? ORDER BY id "
