@@ -293,3 +293,20 @@ def test_store_cli_imports_exports_and_counts(tmp_path, meetingqa_file):
     assert again.returncode == 0 and f"imported 0 sessions" in again.stdout
     bad = subprocess.run(run + ["export", *common, "--tenant", "nobody"], capture_output=True, text=True)
     assert bad.returncode == 2 and "nobody" in bad.stderr
+
+
+def test_a_new_tenant_never_inherits_a_deleted_ones_files(tmp_path):
+    """Tenant ids are never reused, so a file a deleted tenant left (a snapshot written by a racing eviction, say)
+    can never be taken for a new tenant's."""
+    with open_store(tmp_path) as store:
+        store.create_tenant("old")
+        store.add_sessions("old", [session("s0", 0, "the old tenant's private note")])
+    snapshot = next((tmp_path / "snapshots").glob("*.npz"))
+    kept = snapshot.read_bytes()
+    with open_store(tmp_path) as store:
+        store.delete_tenant("old")
+        snapshot.write_bytes(kept)  # as if a racing write had left it behind
+        store.create_tenant("new")
+        store.add_sessions("new", [session("s0", 5)])  # one commit, as the old tenant's snapshot holds
+    with open_store(tmp_path) as store:  # the new tenant's index is loaded, from its own snapshot or its rows
+        assert all("private" not in h.text for q in store.search("new", ["private note", "old tenant"], k=5) for h in q)

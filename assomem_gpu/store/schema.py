@@ -13,7 +13,7 @@ SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE tenants (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a deleted tenant's files can never be taken for a new one's
     name TEXT NOT NULL UNIQUE,
     commits INTEGER NOT NULL DEFAULT 0  -- writes committed: a snapshot of the tenant's index names the count it holds
 );

@@ -185,7 +185,8 @@ class MemoryStore:
         with self._lock:
             loaded, self._loaded = list(self._loaded.items()), OrderedDict()
         for name, (tenant_id, index) in loaded:
-            self._save(tenant_id, index)
+            with self._tenant(name):
+                self._save(tenant_id, index)
         with self._db_lock:
             self._db.close()
 
@@ -260,9 +261,15 @@ class MemoryStore:
             self._loaded.move_to_end(name)
             evicted = []
             while len(self._loaded) > self.max_loaded:
-                evicted.append(self._loaded.popitem(last=False)[1])
-        for old_id, old in evicted:
-            self._save(old_id, old)
+                old_name, (old_id, old) = self._loaded.popitem(last=False)
+                evicted.append((old_name, old_id, old))
+        for old_name, old_id, old in evicted:
+            writing = self._tenant(old_name)
+            if writing.acquire(blocking=False):  # busy: skip the snapshot (rebuilt from rows), never wait on it
+                try:
+                    self._save(old_id, old)
+                finally:
+                    writing.release()
         return found
 
     def _snapshot(self, tenant_id: int, commits: int) -> Path:
@@ -296,7 +303,8 @@ class MemoryStore:
         return index
 
     def _save(self, tenant_id: int, index: MemoryIndex) -> None:
-        """Write the index's snapshot under the commit it holds, unless it is there (a deleted tenant has none)."""
+        """Write the index's snapshot under the commit it holds, unless it is there (a deleted tenant has none).
+        The caller holds the tenant's write lock, so a delete cannot pass between the check and the write."""
         commits = self._commits(tenant_id)
         if commits is None:
             return

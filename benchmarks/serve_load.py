@@ -1,0 +1,152 @@
+"""Load benchmark of the memory service: a real server process (the bundled MiniLM encoder) on loopback.
+
+    python benchmarks/serve_load.py [--sessions 2500] [--seconds 20] [--clients 1 8 32] [--output FILE]
+
+One tenant of ``--sessions`` synthetic sessions (10 utterances each, topic vocabularies) is ingested over HTTP in
+batches of 50 (sessions/s, the server's encoding included, and without it: the same sessions again with the
+hashing encoder). Then ``--clients`` concurrent clients each send one-question searches for ``--seconds``: p50 and
+p99 latency (the question's encoding included) and throughput. Then the server is killed and restarted: the time to
+its first answer. Resident memory of the server process with the tenant loaded. JSON to
+``benchmarks/results/serve_load.json`` unless ``--output`` says where.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ADMIN = "bench-admin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(data: Path, port: int, encoder: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "assomem_gpu.serve", "--data", str(data), "--port", str(port),
+                             "--encoder", encoder, "--device", "cpu"], env={**os.environ, "ASSOMEM_ADMIN_KEY": ADMIN})
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            if proc.poll() is not None:
+                raise RuntimeError("the server exited")
+            time.sleep(0.05)
+
+
+def sessions(n: int, seed: int = 0) -> list[dict]:
+    """Synthetic dated sessions: each a topic of 6 words out of 60 topics, 10 utterances of 8 to 16 words."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(2000)]
+    topics = [rng.sample(vocab, 6) for _ in range(60)]
+    out = []
+    for s in range(n):
+        topic = topics[s % len(topics)]
+        out.append({"id": f"s{s}", "date": 1_600_000_000 + 3600 * s,
+                    "utterances": [{"speaker": ["user", "assistant"][t % 2],
+                                    "text": " ".join(rng.choice(topic + vocab) for _ in range(rng.randint(8, 16)))}
+                                   for t in range(10)]})
+    return out
+
+
+def ingest(url: str, key: str, batch: list[dict]) -> float:
+    start_t = time.perf_counter()
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=600) as http:
+        for lo in range(0, len(batch), 50):
+            http.post("/v1/sessions", json={"sessions": batch[lo : lo + 50]}).raise_for_status()
+    return len(batch) / (time.perf_counter() - start_t)
+
+
+def load(url: str, key: str, clients: int, seconds: float, questions: list[str]) -> dict:
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def client(n: int):
+        rng = random.Random(n)
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                t0 = time.perf_counter()
+                http.post("/v1/search", json={"questions": [rng.choice(questions)], "k": 10}).raise_for_status()
+                with lock:
+                    latencies.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ms = 1000 * np.asarray(latencies)
+    return {"clients": clients, "searches": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 2),
+            "p99_ms": round(float(np.percentile(ms, 99)), 2), "searches_per_s": round(len(ms) / wall, 1)}
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sessions", type=int, default=2500)
+    p.add_argument("--seconds", type=float, default=20.0, help="per client count")
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--output", default="benchmarks/results/serve_load.json")
+    args = p.parse_args()
+    data = sessions(args.sessions)
+    questions = [" ".join(s["utterances"][0]["text"].split()[:6]) for s in data[:200]]
+    result: dict = {"sessions": args.sessions, "utterances": 10 * args.sessions, "machine": f"{os.cpu_count()} cores"}
+    with tempfile.TemporaryDirectory() as tmp:
+        for encoder, field in (("hashing", "ingest_sessions_per_s_without_encoding"),
+                               ("all-MiniLM-L6-v2", "ingest_sessions_per_s")):
+            folder, port = Path(tmp) / encoder, free_port()
+            proc = start(folder, port, encoder)
+            url = f"http://127.0.0.1:{port}"
+            key = httpx.post(f"{url}/v1/tenants", json={"name": "load"},
+                             headers={"Authorization": f"Bearer {ADMIN}"}).json()["api_key"]
+            result[field] = round(ingest(url, key, data), 2)
+            print(json.dumps({field: result[field]}), flush=True)
+            if encoder != "hashing":
+                result["load"] = []
+                for clients in args.clients:
+                    result["load"].append(load(url, key, clients, args.seconds, questions))
+                    print(json.dumps(result["load"][-1]), flush=True)
+                result["server_rss_mb"] = round(rss_mb(proc.pid), 1)
+            proc.send_signal(signal.SIGKILL)  # no snapshot: the restart rebuilds the index from the rows
+            proc.wait()
+            if encoder != "hashing":
+                for how in ("after_kill", "after_clean_stop"):
+                    t0 = time.perf_counter()
+                    proc = start(folder, port, encoder)
+                    httpx.post(f"{url}/v1/search", json={"questions": [questions[0]], "k": 10},
+                               headers={"Authorization": f"Bearer {key}"}, timeout=600).raise_for_status()
+                    result[f"restart_to_first_answer_s_{how}"] = round(time.perf_counter() - t0, 2)
+                    proc.send_signal(signal.SIGTERM)  # a clean stop writes the snapshot the next restart loads
+                    proc.wait()
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
