@@ -290,7 +290,7 @@ def test_store_cli_imports_exports_and_counts(tmp_path, meetingqa_file):
     assert stats["tenants"]["mq"]["sessions"] == len(exported) and "store.sqlite" in stats["files_bytes"]
     again = subprocess.run(run + ["import", *common, "--tenant", "mq", "--dataset", f"meetingqa:{meetingqa_file}",
                                   "--undated"], capture_output=True, text=True)
-    assert again.returncode == 0 and f"imported 0 sessions" in again.stdout
+    assert again.returncode == 0 and "imported 0 sessions" in again.stdout
     bad = subprocess.run(run + ["export", *common, "--tenant", "nobody"], capture_output=True, text=True)
     assert bad.returncode == 2 and "nobody" in bad.stderr
 

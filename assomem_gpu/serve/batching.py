@@ -1,7 +1,8 @@
 """Micro-batching: concurrent searches of one tenant answered by one batched engine call.
 
-The first request of a group (same tenant, same filters) waits ``wait_s`` seconds for others to join, then runs
-every gathered question in one ``MemoryStore.search`` (k the largest asked, each question with its own date) and
+The first request of a group (same tenant, same filters) waits ``wait_s`` seconds for others to join, and for the
+tenant's previous batch to finish (requests keep joining meanwhile, so batches grow with the load), then runs every
+gathered question in one ``MemoryStore.search`` (k the largest asked, each question with its own date) and
 hands each request its own hits, cut to its k. A batch is what makes a GPU pay off under load; on the CPU it shares
 one relevance product and one PPR iteration among the requests. If the batched call fails, each request runs alone,
 so an error reaches only the request that caused it.
@@ -35,6 +36,7 @@ class SearchBatcher:
         self.requests = self.batches = 0
         self._lock = threading.Lock()
         self._groups: dict[tuple, list[_Request]] = {}
+        self._engine: dict[str, threading.Lock] = {}  # per tenant: one batch at a time, the next one gathers meanwhile
 
     def search(self, tenant: str, questions: list[str], k: int, question_date: Any = None,
                sessions: list[str] | None = None, since: Any = None, until: Any = None) -> list[list]:
@@ -49,19 +51,24 @@ class SearchBatcher:
         if leader:
             time.sleep(self.wait_s)
             with self._lock:
-                batch = self._groups.pop(key)
-            filters = {"sessions": sessions, "since": since, "until": until}
-            chunk: list[_Request] = []
-            for r in batch:  # consecutive requests, up to max_questions questions a call
-                if chunk and sum(len(c.questions) for c in chunk) + len(r.questions) > self.max_questions:
-                    self._run(tenant, chunk, filters)
-                    chunk = []
-                chunk.append(r)
-            self._run(tenant, chunk, filters)
+                engine = self._engine.setdefault(tenant, threading.Lock())
+            with engine:  # while the tenant's previous batch runs, this group keeps gathering
+                with self._lock:
+                    batch = self._groups.pop(key)
+                self._answer(tenant, batch, {"sessions": sessions, "since": since, "until": until})
         request.done.wait()
         if request.error is not None:
             raise request.error
         return request.hits
+
+    def _answer(self, tenant: str, batch: list[_Request], filters: dict) -> None:
+        chunk: list[_Request] = []
+        for r in batch:  # consecutive requests, up to max_questions questions a call
+            if chunk and sum(len(c.questions) for c in chunk) + len(r.questions) > self.max_questions:
+                self._run(tenant, chunk, filters)
+                chunk = []
+            chunk.append(r)
+        self._run(tenant, chunk, filters)
 
     def _run(self, tenant: str, batch: list[_Request], filters: dict) -> None:
         with self._lock:
