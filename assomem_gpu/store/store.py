@@ -109,6 +109,7 @@ class MemoryStore:
         bad input raises ``ValueError``/``TypeError`` naming the field and changes nothing."""
         with self._tenant(tenant):
             tenant_id, index = self._index(tenant)
+            committed: list[bool] = []
 
             def commit(records, vectors):
                 rows = []
@@ -124,21 +125,24 @@ class MemoryStore:
                             [(session, p, tenant_id, uid, speaker, text, np.asarray(vectors[lo + p], np.float32)
                               .tobytes()) for p, (uid, speaker, text) in enumerate(turns)])
                     self._db.execute("UPDATE tenants SET commits = commits + 1 WHERE id = ?", [tenant_id])
+                committed.append(True)
 
-            self._apply(tenant, tenant_id, lambda: index.add_sessions(sessions, journal=commit))
+            self._apply(tenant, committed, lambda: index.add_sessions(sessions, journal=commit))
 
     def remove_sessions(self, tenant: str, session_ids: Iterable[str]) -> None:
         """Remove sessions from the tenant: their rows, vectors and snapshots leave every file of the store."""
         with self._tenant(tenant):
             tenant_id, index = self._index(tenant)
+            committed: list[bool] = []
 
             def commit(ids):
                 with self._db_lock, self._transaction():
                     self._db.executemany("DELETE FROM sessions WHERE tenant = ? AND session_id = ?",
                                          [(tenant_id, sid) for sid in ids])
                     self._db.execute("UPDATE tenants SET commits = commits + 1 WHERE id = ?", [tenant_id])
+                committed.append(True)
 
-            self._apply(tenant, tenant_id, lambda: index.remove_sessions(session_ids, journal=commit))
+            self._apply(tenant, committed, lambda: index.remove_sessions(session_ids, journal=commit))
             self._forget(tenant_id)
 
     # ---- reads ---------------------------------------------------------------------------------------------------
@@ -231,14 +235,13 @@ class MemoryStore:
             raise
         self._db.execute("COMMIT")
 
-    def _apply(self, name: str, tenant_id: int, write) -> None:
-        """Run a write whose journal commits to SQLite; if the index fails after the commit, drop it from memory
-        (the next use rebuilds it from the rows, which hold the write)."""
-        before = self._commits(tenant_id)
+    def _apply(self, name: str, committed: list[bool], write) -> None:
+        """Run a write whose journal commits to SQLite (and then appends to ``committed``); if the index fails after
+        the commit, drop it from memory (the next use rebuilds it from the rows, which hold the write)."""
         try:
             write()
         except BaseException:
-            if self._commits(tenant_id) != before:
+            if committed:
                 with self._lock:
                     self._loaded.pop(name, None)
             raise
