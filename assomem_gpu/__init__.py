@@ -3,9 +3,9 @@
 The live memory is ``MemoryIndex`` (add sessions, remove them, search with text, save, load); the benchmark tools
 (``python -m assomem_gpu.eval``, ``.calibrate``, ``.bench``) run the same engine.
 """
-from .kernels.parallel import prefer_passive_openmp
+from .kernels.parallel import quiet_idle_threads
 
-prefer_passive_openmp()  # before anything imports torch
+quiet_idle_threads()  # before anything imports numpy or torch
 
 from .config import AssoMemConfig  # noqa: E402
 from .data import DataFormatError, load_dataset

@@ -169,27 +169,31 @@ class MemoryIndex:
 
     # ---- writes --------------------------------------------------------------------------------------------------
     def add_sessions(self, sessions: Iterable[Session | Mapping], embeddings: np.ndarray | None = None,
-                     journal: Callable[[list, np.ndarray], None] | None = None) -> None:
+                     journal: Callable[[list, np.ndarray, np.ndarray], None] | None = None) -> None:
         """Add sessions (``Session`` records or dicts of the same fields). Their utterances are embedded as
         ``"<speaker>: <text>"`` in batches, unless ``embeddings`` gives one row per utterance (all sessions'
-        utterances in order; rows are L2-normalised). Raises before any change if any session is bad.
-        ``journal(records, vectors)``, when given, runs under the write lock once every check has passed and before
-        the index changes (a store commits the write there): if it raises, nothing changes."""
+        utterances in order; rows are L2-normalised); each session's clue is made and embedded. Raises before any
+        change if any session is bad. ``journal(records, vectors, clue_vectors)``, when given, runs under the write
+        lock once every check has passed and before the index changes (a store commits the write there): if it
+        raises, nothing changes."""
         records = [_session(s, f"sessions[{i}]", self.dated) for i, s in enumerate(_listed(sessions, "sessions"))]
         _no_duplicates(records)
         n = sum(len(r[2]) for r in records)
-        if embeddings is None:
-            if self.encoder is None:
-                raise ValueError("embeddings: this index has no encoder; pass one vector per utterance")
-            with self._stage("encode"):
+        with self._stage("encode"):
+            if embeddings is None:
+                if self.encoder is None:
+                    raise ValueError("embeddings: this index has no encoder; pass one vector per utterance")
                 emb = self.encoder.encode([f"{s}: {t}" if s else t for r in records for _, s, t in r[2]])
-        else:
-            emb = _vectors(embeddings, "embeddings", n, self.dim)
+            else:
+                emb = _vectors(embeddings, "embeddings", n, self.dim)
+            clue_emb = self._state.clue_vectors(records, emb)
         with self._lock.write():
-            self._add(records, emb, journal)
+            self._add(records, emb, clue_emb, journal)
 
-    def _add(self, records: list[tuple[str, float, list[Turn], dict]], emb: np.ndarray, journal=None) -> None:
-        """Add checked records (the caller holds the write lock, or owns the index alone)."""
+    def _add(self, records: list[tuple[str, float, list[Turn], dict]], emb: np.ndarray,
+             clue_emb: np.ndarray | None = None, journal=None) -> None:
+        """Add checked records with their utterance and clue vectors (clues made here when None); the caller holds
+        the write lock, or owns the index alone."""
         bank = self._state.bank
         known = set(bank.utt_ids)
         for sid, _, turns, _ in records:
@@ -198,11 +202,13 @@ class MemoryIndex:
             clash = next((u for u, _, _ in turns if u in known), None)
             if clash is not None:
                 raise ValueError(f"sessions: utterance id {clash!r} is already in the index")
+        if clue_emb is None:
+            clue_emb = self._state.clue_vectors(records, emb)
         if journal is not None:
-            journal(records, emb)
+            journal(records, emb, clue_emb)
         if records:
             with self._stage("add"):
-                self._state.add(records, emb)
+                self._state.add(records, emb, clue_emb)
 
     def remove_sessions(self, session_ids: Iterable[str], journal: Callable[[list[str]], None] | None = None) -> None:
         """Remove these sessions; afterwards the index equals one built without them. Unknown ids raise

@@ -89,14 +89,20 @@ class MemoryState:
         return self.config.graph
 
     # ---- writes --------------------------------------------------------------------------------------------------
-    def add(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray) -> None:
-        """Append sessions ``(id, date, turns, metadata)`` whose utterances have the embeddings ``emb`` (rows in
-        order). The clue texts are made and embedded first: if that fails, nothing has changed."""
-        one = MemoryBank()
-        for sid, date, turns, _ in sessions:
-            one.add_session(sid, date, turns)
+    def clue_vectors(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray) -> np.ndarray:
+        """The clue embedding of each of these sessions (whose utterances have the embeddings ``emb``): its clue text
+        made and embedded. It depends on the session alone, so it can be stored with the session."""
+        one = _bank(sessions)
         texts = clue_texts(one, range(one.n_sessions), self.config.clue_mode, self.config.llm, self.llm_cache)
-        clue_emb = clue_embeddings(one.offset_array, emb, texts, self.encoder)
+        return clue_embeddings(one.offset_array, emb, texts, self.encoder)
+
+    def add(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray,
+            clue_emb: np.ndarray | None = None) -> None:
+        """Append sessions ``(id, date, turns, metadata)`` whose utterances have the embeddings ``emb`` (rows in
+        order) and whose clues have ``clue_emb`` (one row per session; made here when None, before any change)."""
+        if clue_emb is None:
+            clue_emb = self.clue_vectors(sessions, emb)
+        one = _bank(sessions)
         new_texts = list(one.utt_texts)
         has_time = np.fromiter((mentions_time(t) for t in new_texts), bool, len(new_texts)) \
             if "temporal" in self.config.signals else np.zeros(len(new_texts), bool)
@@ -192,6 +198,13 @@ class MemoryState:
             pairs = (arrays["utt_pairs_i"], arrays["utt_pairs_j"], arrays["utt_pairs_s"])
             state._set_graph(assemble(bank, pairs, clues, state.graph_config))
         return state
+
+
+def _bank(sessions: Sequence[tuple[str, float, Sequence[Turn], dict]]) -> MemoryBank:
+    one = MemoryBank()
+    for sid, date, turns, _ in sessions:
+        one.add_session(sid, date, turns)
+    return one
 
 
 def _check_snapshot(sessions: dict, utts: dict, arrays: dict) -> None:

@@ -5,8 +5,9 @@
 One tenant of ``--sessions`` synthetic sessions (10 utterances each, topic vocabularies) is ingested over HTTP in
 batches of 50 (sessions/s, the server's encoding included, and without it: the same sessions again with the
 hashing encoder). Then ``--clients`` concurrent clients each send one-question searches for ``--seconds``: p50 and
-p99 latency (the question's encoding included) and throughput. Then the server is killed and restarted: the time to
-its first answer. Resident memory of the server process with the tenant loaded. JSON to
+p99 latency (the question's encoding included) and throughput. Then the server is killed (kill -9: it restarts from the
+snapshot its background thread wrote) and restarted, then stopped cleanly and restarted: the time to ready (the model
+loaded) and to its first answer. Resident memory of the server process with the tenant loaded. JSON to
 ``benchmarks/results/serve_load.json`` unless ``--output`` says where.
 """
 from __future__ import annotations
@@ -137,6 +138,7 @@ def main() -> int:
                 for how in ("after_kill", "after_clean_stop"):
                     t0 = time.perf_counter()
                     proc = start(folder, port, encoder)
+                    result[f"restart_to_ready_s_{how}"] = round(time.perf_counter() - t0, 2)
                     httpx.post(f"{url}/v1/search", json={"questions": [questions[0]], "k": 10},
                                headers={"Authorization": f"Bearer {key}"}, timeout=600).raise_for_status()
                     result[f"restart_to_first_answer_s_{how}"] = round(time.perf_counter() - t0, 2)

@@ -63,17 +63,77 @@ def test_writes_survive_a_reopen_from_snapshot_or_from_rows(tmp_path):
         assert rebuilt.session_ids("ana", offset=1, limit=2) == ["s1", "s2"]
 
 
-def test_a_stale_snapshot_is_not_used(tmp_path):
+class CountingEncoder(HashingEncoder):
+    """The hashing encoder, counting the texts it embeds."""
+
+    def __init__(self):
+        super().__init__()
+        self.texts = 0
+
+    def encode(self, texts):
+        self.texts += len(texts)
+        return super().encode(texts)
+
+
+def test_a_restart_brings_the_newest_snapshot_up_to_date_without_encoding_anything(tmp_path):
     with open_store(tmp_path) as store:
         store.create_tenant("t")
         store.add_sessions("t", [session(f"s{i}", i) for i in range(6)])
-    old = next((tmp_path / "snapshots").glob("*.npz")).read_bytes()
+    assert [p.name for p in (tmp_path / "snapshots").iterdir()] == ["1-1.npz"]
+    store = open_store(tmp_path, snapshot_every_s=None)
+    store.add_sessions("t", [session("new", 9, "a note about the zeppelin museum")])
+    store.add_sessions("t", [session("newer", 10)])
+    want = hits(store, "t", ["zeppelin museum", "kiwi banjo"])
+    del store  # a crash: no snapshot of the last commits
+    counting = CountingEncoder()
+    with MemoryStore(tmp_path, counting, CONFIG, device="cpu", snapshot_every_s=None) as again:
+        assert hits(again, "t", ["zeppelin museum", "kiwi banjo"]) == want and want[0][0][0] == "new:0"
+        assert counting.texts == 2  # the two questions: the rows hold the new sessions' utterance and clue vectors
+        assert again.session_ids("t")[-2:] == ["new", "newer"]
+    assert [p.name for p in (tmp_path / "snapshots").iterdir()] == ["1-3.npz"]
+
+
+def test_background_snapshots_follow_the_writes_and_a_delete_drops_them_before_it_commits(tmp_path):
+    def snapshots():
+        return sorted(p.name for p in (tmp_path / "snapshots").iterdir())
+
+    def wait_for(names):
+        deadline = time.monotonic() + 30
+        while snapshots() != names and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return snapshots()
+
+    with open_store(tmp_path, snapshot_every_s=0.05) as store:
+        store.create_tenant("t")
+        store.add_sessions("t", [session(f"s{i}", i) for i in range(4)])
+        assert wait_for(["1-1.npz"]) == ["1-1.npz"]
+        store.remove_sessions("t", ["s2"])
+        assert wait_for(["1-2.npz"]) == ["1-2.npz"]
+    with pytest.raises(ValueError, match="snapshot_every_s"):
+        open_store(tmp_path, snapshot_every_s=0)
+
+
+def test_a_store_opens_clean_of_what_a_crash_left_and_reads_version_2(tmp_path):
     with open_store(tmp_path) as store:
-        store.add_sessions("t", [session("new", 9, "a note about the zeppelin museum")])
-        want = hits(store, "t", ["zeppelin museum"])
-    (tmp_path / "snapshots" / "1-1.npz").write_bytes(old)  # the snapshot of an earlier commit, as after a crash
+        store.create_tenant("t")
+        store.add_sessions("t", [session(f"s{i}", i) for i in range(5)])
+        want = hits(store, "t")
+    (tmp_path / "snapshots" / ".1-2.npz.x1.tmp").write_bytes(b"half a snapshot")
+    (tmp_path / "snapshots" / "7-3.npz").write_bytes(b"the snapshot of a deleted tenant")
+    for p in (tmp_path / "snapshots").glob("1-*.npz"):
+        p.unlink()
+    db = sqlite3.connect(tmp_path / "store.sqlite")  # back to version 2: no clue vectors, no clue mode
+    db.executescript("ALTER TABLE sessions DROP COLUMN clue; DELETE FROM meta WHERE key = 'clues'; "
+                     "UPDATE meta SET value = '2' WHERE key = 'schema_version';")
+    db.close()
     with open_store(tmp_path) as store:
-        assert hits(store, "t", ["zeppelin museum"]) == want and want[0][0][0] == "new:0"
+        assert list((tmp_path / "snapshots").iterdir()) == []
+        assert hits(store, "t") == want  # clues made again from the text
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    db.close()
+    with pytest.raises(StoreError, match="centroid"):
+        MemoryStore(tmp_path, HashingEncoder(), AssoMemConfig(clue_mode="centroid"), device="cpu")
 
 
 def test_deleted_sessions_and_tenants_leave_no_byte_in_any_file(tmp_path):

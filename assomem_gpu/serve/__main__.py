@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--admin-key", default=os.environ.get("ASSOMEM_ADMIN_KEY"), help="default $ASSOMEM_ADMIN_KEY")
     p.add_argument("--undated", action="store_true", help="sessions and questions may have no date")
     p.add_argument("--max-loaded", type=int, default=8, help="tenant indexes held in memory")
+    p.add_argument("--snapshot-every-s", type=float, default=5.0,
+                   help="how often a tenant written to gets a new snapshot, in the background (restarts load it)")
     p.add_argument("--max-body-mb", type=float, default=MAX_BODY_BYTES / 2**20, help="request body limit")
     p.add_argument("--batch-wait-ms", type=float, default=2.0,
                    help="how long a search waits for concurrent ones to share its engine call")
@@ -38,15 +40,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         store = MemoryStore(args.data, make_encoder(args.encoder, cache=False), device=args.device,
-                            dated=not args.undated, max_loaded=args.max_loaded)
+                            dated=not args.undated, max_loaded=args.max_loaded,
+                            snapshot_every_s=args.snapshot_every_s)
     except (StoreError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     app = create_app(store, args.admin_key, int(args.max_body_mb * 2**20), args.batch_wait_ms / 1000)
-    try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    finally:
-        store.close()
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")  # the app closes the store as it stops
     return 0
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import hmac
 import math
 import time
+from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
@@ -29,11 +31,20 @@ bearer = HTTPBearer(auto_error=False)
 def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BODY_BYTES,
                batch_wait_s: float = 0.002) -> FastAPI:
     """The service for ``store``; ``admin_key`` guards tenant and key management; concurrent searches of a tenant
-    are gathered for ``batch_wait_s`` seconds into one engine call (``batching.SearchBatcher``)."""
+    are gathered for ``batch_wait_s`` seconds into one engine call (``batching.SearchBatcher``). The app owns the
+    store: it warms it up (``MemoryStore.warm_up``) before it takes requests and closes it (snapshots written) when
+    the server stops."""
     if not admin_key:
         raise ValueError("admin_key: must be a non-empty string")
     batcher = SearchBatcher(store, batch_wait_s)
-    app = FastAPI(title="assomem_gpu memory service", version="1")
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        await run_in_threadpool(store.warm_up)  # the first request does not wait for the model to load
+        yield
+        await run_in_threadpool(store.close)
+
+    app = FastAPI(title="assomem_gpu memory service", version="1", lifespan=lifespan)
     registry = CollectorRegistry()
     latency = Histogram("assomem_request_seconds", "request latency", ["route", "method", "status"],
                         registry=registry)

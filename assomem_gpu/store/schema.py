@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -23,6 +23,7 @@ CREATE TABLE sessions (
     session_id TEXT NOT NULL,
     date REAL,  -- POSIX seconds; NULL when undated
     metadata TEXT NOT NULL,  -- JSON
+    clue BLOB,  -- the session's clue vector (float32, the store's dimension); NULL: made again when the index is built
     UNIQUE (tenant, session_id)
 );
 CREATE TABLE utterances (
@@ -57,6 +58,10 @@ def connect(path: Path) -> sqlite3.Connection:
         if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:  # a new file: the schema, atomically
             db.executescript(f"BEGIN; {SCHEMA} INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'); COMMIT;")
         found = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if found is not None and found[0] == "2":  # version 2 kept no clue vectors: they are made again on a build
+            db.executescript("BEGIN; ALTER TABLE sessions ADD COLUMN clue BLOB; "
+                             "UPDATE meta SET value = '3' WHERE key = 'schema_version'; COMMIT;")
+            found = ("3",)
     except sqlite3.DatabaseError as exc:  # not SQLite, or SQLite without our tables
         db.close()
         raise StoreError(f"{path}: not a memory store ({exc})") from exc

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from ..backend import Backend, get_backend
+from ..clues import keyword_clue
 from ..config import AssoMemConfig
 from ..encode import DEFAULT_MODEL, Encoder, TransformersEncoder
 from ..fusion import FusionModel, default_fusion
@@ -39,15 +40,21 @@ class MemoryStore:
     """Memories of many tenants in one directory (``store.sqlite`` and ``snapshots/``); see the module docstring.
 
     ``encoder``, ``config``, ``fusion``, ``device``, ``dated``: as for ``MemoryIndex``, shared by every tenant. A store
-    records its encoder's name and dimension on first use and refuses another encoder later (``StoreError``).
+    records its encoder's name and dimension, and how clues are made, on first use and refuses others later
+    (``StoreError``). ``max_loaded``: indexes held in memory (default 8). ``snapshot_every_s``: a background thread
+    writes the snapshot of each loaded tenant written to since, at most this often (default 5 s; None: only on
+    ``close`` and eviction), so that a restart after a crash loads a recent snapshot and adds only the newer sessions.
     Thread-safe: writes to one tenant take turns, searches run in parallel.
     """
 
     def __init__(self, directory: str | Path, encoder: Encoder | str = DEFAULT_MODEL,
                  config: AssoMemConfig | None = None, fusion: FusionModel | None = None,
-                 device: str | Backend = "auto", dated: bool = True, max_loaded: int = 8):
+                 device: str | Backend = "auto", dated: bool = True, max_loaded: int = 8,
+                 snapshot_every_s: float | None = 5.0):
         if not (isinstance(max_loaded, int) and max_loaded >= 1):
             raise ValueError(f"max_loaded must be an integer >= 1, got {max_loaded!r}")
+        if snapshot_every_s is not None and not (isinstance(snapshot_every_s, (int, float)) and snapshot_every_s > 0):
+            raise ValueError(f"snapshot_every_s must be a number > 0 or None, got {snapshot_every_s!r}")
         self.directory = Path(directory)
         (self.directory / "snapshots").mkdir(parents=True, exist_ok=True)
         self.encoder = TransformersEncoder(encoder) if isinstance(encoder, str) else encoder
@@ -60,7 +67,15 @@ class MemoryStore:
         self._lock = threading.Lock()  # the loaded indexes and the per-tenant locks
         self._loaded: OrderedDict[str, tuple[int, MemoryIndex]] = OrderedDict()  # name -> (tenant id, index)
         self._writing: dict[str, threading.Lock] = {}
+        self._behind: set[str] = set()  # loaded tenants whose newest snapshot is older than their last commit
         self._check_encoder()
+        self._sweep()
+        self._stop = threading.Event()
+        self._snapshotter = None
+        if snapshot_every_s is not None:
+            self._snapshotter = threading.Thread(target=self._snapshot_loop, args=(snapshot_every_s,),
+                                                 name="assomem-snapshots", daemon=True)
+            self._snapshotter.start()
 
     # ---- tenants -------------------------------------------------------------------------------------------------
     def create_tenant(self, name: str) -> None:
@@ -99,6 +114,8 @@ class MemoryStore:
             tenant = self._tenant_id(name)
             with self._lock:
                 self._loaded.pop(name, None)
+                self._behind.discard(name)
+            self._forget(tenant, checkpoint=False)
             with self._db_lock:
                 self._db.execute("DELETE FROM tenants WHERE id = ?", [tenant])
             self._forget(tenant)
@@ -111,15 +128,16 @@ class MemoryStore:
             tenant_id, index = self._index(tenant)
             committed: list[bool] = []
 
-            def commit(records, vectors):
+            def commit(records, vectors, clues):
                 rows = []
                 for sid, date, turns, meta in records:
                     rows.append((sid, None if math.isnan(date) else date, json.dumps(meta), turns))
                 offsets = np.cumsum([0] + [len(r[3]) for r in rows])
                 with self._db_lock, self._transaction():
-                    for (sid, date, meta, turns), lo in zip(rows, offsets):
-                        session = self._db.execute("INSERT INTO sessions (tenant, session_id, date, metadata) "
-                                                   "VALUES (?, ?, ?, ?)", [tenant_id, sid, date, meta]).lastrowid
+                    for (sid, date, meta, turns), lo, clue in zip(rows, offsets, clues):
+                        session = self._db.execute(
+                            "INSERT INTO sessions (tenant, session_id, date, metadata, clue) VALUES (?, ?, ?, ?, ?)",
+                            [tenant_id, sid, date, meta, np.asarray(clue, np.float32).tobytes()]).lastrowid
                         self._db.executemany(
                             "INSERT INTO utterances VALUES (?, ?, ?, ?, ?, ?, ?)",
                             [(session, p, tenant_id, uid, speaker, text, np.asarray(vectors[lo + p], np.float32)
@@ -128,6 +146,7 @@ class MemoryStore:
                 committed.append(True)
 
             self._apply(tenant, committed, lambda: index.add_sessions(sessions, journal=commit))
+            self._mark_behind(tenant)
 
     def remove_sessions(self, tenant: str, session_ids: Iterable[str]) -> None:
         """Remove sessions from the tenant: their rows, vectors and snapshots leave every file of the store."""
@@ -136,6 +155,7 @@ class MemoryStore:
             committed: list[bool] = []
 
             def commit(ids):
+                self._forget(tenant_id, checkpoint=False)  # first: a snapshot never holds a deleted session
                 with self._db_lock, self._transaction():
                     self._db.executemany("DELETE FROM sessions WHERE tenant = ? AND session_id = ?",
                                          [(tenant_id, sid) for sid in ids])
@@ -144,6 +164,7 @@ class MemoryStore:
 
             self._apply(tenant, committed, lambda: index.remove_sessions(session_ids, journal=commit))
             self._forget(tenant_id)
+            self._mark_behind(tenant)
 
     # ---- reads ---------------------------------------------------------------------------------------------------
     def search(self, tenant: str, questions, **options) -> list:
@@ -184,10 +205,21 @@ class MemoryStore:
         return self._index(tenant)[1]
 
     # ---- upkeep --------------------------------------------------------------------------------------------------
+    def warm_up(self) -> None:
+        """Load what the first write or search would otherwise wait for: the encoder's weights and the word lists
+        keyword clues are made with (seconds on a CPU)."""
+        self.encoder.encode(["warm up"])
+        if self.config.clue_mode == "keywords":
+            keyword_clue(["warm up"])
+
     def close(self) -> None:
         """Write the snapshots of the loaded indexes and close the file."""
+        self._stop.set()
+        if self._snapshotter is not None:
+            self._snapshotter.join()
         with self._lock:
             loaded, self._loaded = list(self._loaded.items()), OrderedDict()
+            self._behind.clear()
         for name, (tenant_id, index) in loaded:
             with self._tenant(name):
                 self._save(tenant_id, index)
@@ -202,14 +234,20 @@ class MemoryStore:
 
     # ---- inside --------------------------------------------------------------------------------------------------
     def _check_encoder(self) -> None:
-        want = {"encoder": self.encoder.name, "dim": str(self.encoder.dim)}
+        clues = self.config.clue_mode + (f"|{self.config.llm}" if self.config.clue_mode == "llm" else "")
+        want = {"encoder": self.encoder.name, "dim": str(self.encoder.dim), "clues": clues}
         with self._db_lock:
-            held = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('encoder', 'dim')").fetchall())
+            held = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('encoder', 'dim', 'clues')"))
             if not held:
                 self._db.executemany("INSERT INTO meta VALUES (?, ?)", list(want.items()))
-            elif held != want:
+                return
+            if (held.get("encoder"), held.get("dim")) != (want["encoder"], want["dim"]):
                 raise StoreError(f"{self.directory}: the store holds vectors of encoder {held.get('encoder')!r} "
                                  f"(dim {held.get('dim')}); it was opened with {want['encoder']!r} (dim {want['dim']})")
+            if held.get("clues", clues) != clues:  # a version-2 store recorded no clue mode: it takes this one
+                raise StoreError(f"{self.directory}: the store holds clues made by {held['clues']!r}; it was opened "
+                                 f"with config.clue_mode {clues!r}")
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('clues', ?)", [clues])
 
     def _tenant(self, name: str) -> threading.Lock:
         _name(name)
@@ -259,9 +297,12 @@ class MemoryStore:
                 self._loaded.move_to_end(name)
                 return self._loaded[name]
         index = self._load(tenant_id)
+        commits = self._commits(tenant_id)
         with self._lock:
             found = self._loaded.setdefault(name, (tenant_id, index))
             self._loaded.move_to_end(name)
+            if found[1] is index and commits is not None and not self._snapshot(tenant_id, commits).exists():
+                self._behind.add(name)  # brought up to date from an older snapshot, or rebuilt
             evicted = []
             while len(self._loaded) > self.max_loaded:
                 old_name, (old_id, old) = self._loaded.popitem(last=False)
@@ -278,31 +319,52 @@ class MemoryStore:
     def _snapshot(self, tenant_id: int, commits: int) -> Path:
         return self.directory / "snapshots" / f"{tenant_id}-{commits}.npz"
 
-    def _load(self, tenant_id: int) -> MemoryIndex:
-        """The tenant's index from its snapshot of the last commit, else rebuilt from the rows."""
-        path = self._snapshot(tenant_id, self._commits(tenant_id))
-        if path.exists():
+    def _newest_snapshot(self, tenant_id: int) -> MemoryIndex | None:
+        """The tenant's newest readable snapshot made with this store's settings, or None."""
+        paths = (self.directory / "snapshots").glob(f"{tenant_id}-*.npz")
+        for _, path in sorted(((int(p.stem.split("-")[1]), p) for p in paths), reverse=True):
             try:
                 index = MemoryIndex.load(path, encoder=self.encoder, device=self.backend)
-                if index.config == self.config and index.dated == self.dated:
-                    index.fusion = self.fusion
-                    return index
-            except (SnapshotError, ValueError):
-                pass  # rebuilt below
-        index = MemoryIndex(self.encoder, self.config, self.fusion, self.backend, self.dated)
+            except (SnapshotError, ValueError, OSError):
+                continue
+            if index.config == self.config and index.dated == self.dated:
+                index.fusion = self.fusion
+                return index
+        return None
+
+    def _load(self, tenant_id: int) -> MemoryIndex:
+        """The tenant's index: its newest snapshot with the sessions committed since added to it, else rebuilt from
+        the rows. A snapshot never holds a session deleted after it (a delete removes the tenant's snapshots before it
+        commits), so what the rows hold beyond a snapshot is only newer sessions; rows of vectors and clue vectors, so
+        nothing is encoded again (but clues of rows from a version-2 store)."""
+        index = self._newest_snapshot(tenant_id)
         with self._db_lock:
-            sessions = self._db.execute("SELECT id, session_id, date, metadata FROM sessions WHERE tenant = ? "
+            sessions = self._db.execute("SELECT id, session_id, date, metadata, clue FROM sessions WHERE tenant = ? "
                                         "ORDER BY id", [tenant_id]).fetchall()
+        if index is not None:
+            held = set(index.session_ids)
+            if held <= {row[1] for row in sessions}:
+                sessions = [row for row in sessions if row[1] not in held]
+            else:  # not a snapshot this store wrote: rebuild
+                index = None
+        if index is None:
+            index = MemoryIndex(self.encoder, self.config, self.fusion, self.backend, self.dated)
+        if not sessions:
+            return index
+        with self._db_lock:
             turns = self._db.execute("SELECT session, utterance_id, speaker, text, embedding FROM utterances "
-                                     "WHERE tenant = ? ORDER BY session, position", [tenant_id]).fetchall()
+                                     "WHERE tenant = ? AND session >= ? ORDER BY session, position",
+                                     [tenant_id, sessions[0][0]]).fetchall()
         by_session: dict[int, list] = {}
         for row in turns:
             by_session.setdefault(row[0], []).append(row[1:])
         records = [(sid, math.nan if date is None else float(date),
                     [(u, s, t) for u, s, t, _ in by_session.get(key, [])], json.loads(meta))
-                   for key, sid, date, meta in sessions]
+                   for key, sid, date, meta, _ in sessions]
         vectors = [np.frombuffer(v, np.float32) for key, *_ in sessions for *_, v in by_session.get(key, [])]
-        index._add(records, np.stack(vectors) if vectors else np.zeros((0, self.encoder.dim), np.float32))
+        clues = None if any(row[4] is None for row in sessions) else \
+            np.stack([np.frombuffer(row[4], np.float32) for row in sessions])
+        index._add(records, np.stack(vectors) if vectors else np.zeros((0, self.encoder.dim), np.float32), clues)
         return index
 
     def _save(self, tenant_id: int, index: MemoryIndex) -> None:
@@ -316,15 +378,42 @@ class MemoryStore:
             index.save(path)
         self._forget(tenant_id, keep=path)
 
-    def _forget(self, tenant_id: int, keep: Path | None = None) -> None:
-        """Delete the tenant's snapshots (but ``keep``) and move every committed page into the file, truncating the
-        WAL, so that deleted rows leave no copy behind."""
-        for old in (self.directory / "snapshots").glob(f"{tenant_id}-*.npz"):
+    def _mark_behind(self, name: str) -> None:
+        with self._lock:
+            if name in self._loaded:
+                self._behind.add(name)
+
+    def _snapshot_loop(self, every_s: float) -> None:
+        """The background snapshots: every ``every_s`` seconds, those of the loaded tenants written to since."""
+        while not self._stop.wait(every_s):
+            with self._lock:
+                due, self._behind = [(n, self._loaded[n]) for n in self._behind if n in self._loaded], set()
+            for name, (tenant_id, index) in due:
+                with self._tenant(name):
+                    with self._lock:
+                        current = self._loaded.get(name, (None, None))[1] is index  # not deleted or evicted
+                    if current:
+                        self._save(tenant_id, index)
+
+    def _forget(self, tenant_id: int, keep: Path | None = None, checkpoint: bool = True) -> None:
+        """Delete the tenant's snapshots (but ``keep``) and any left half-written; unless a snapshot is kept and
+        ``checkpoint`` is set, move every committed page into the file, truncating the WAL, so that deleted rows
+        leave no copy behind."""
+        folder = self.directory / "snapshots"
+        for old in [*folder.glob(f"{tenant_id}-*.npz"), *folder.glob(f".{tenant_id}-*.tmp")]:
             if old != keep:
-                old.unlink()
-        if keep is None:
+                old.unlink(missing_ok=True)
+        if keep is None and checkpoint:
             with self._db_lock:
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _sweep(self) -> None:
+        """At open: delete the snapshots of tenants that are gone and the files a crash left half-written."""
+        with self._db_lock:
+            live = {str(r[0]) for r in self._db.execute("SELECT id FROM tenants")}
+        for path in (self.directory / "snapshots").iterdir():
+            if path.name.startswith(".") or path.name.split("-")[0] not in live:
+                path.unlink(missing_ok=True)
 
 
 def _digest(key: str) -> str:
