@@ -6,13 +6,16 @@ data (``--dataset ... --haystack-sessions N``, the first memory). Per scale: the
 bundled encoder; that encoding reported apart), single-question p50/p95 with the question's vector given and with its
 text (encoding included), batch throughput for B = 1, 16, 256, 1024, time per stage, adding a 10-utterance session
 (encoding apart), removing one, save and load and the file's size, the reference's time per question and the share
-of questions whose top-10 is identical, and whether the index after the writes equals a rebuild.
-``--output`` writes JSON (default ``out/bench_<device>.json``; the committed figures are in ``benchmarks/results/``).
+of questions whose top-10 is identical, whether the index after the writes equals a rebuild, and the process's peak
+resident memory. Between consecutive sizes, the growth exponent of each figure (its log-log slope against the
+sessions: 1 is linear). ``--output`` writes JSON (default ``out/bench_<device>.json``; the committed figures are in
+``benchmarks/results/``).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -247,6 +250,31 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
     }
 
 
+GROWTH = ("build_s", "single_p50_ms", "free_text_p50_ms", "add_session_ms", "remove_session_ms", "save_s", "load_s",
+          "index_file_mb", "peak_rss_mb")
+
+
+def growth(scales: list[dict]) -> list[dict]:
+    """Between each two consecutive scales: the log-log slope of every figure against the sessions (1: linear; a
+    throughput's slope is negative when it falls)."""
+    out = []
+    for a, b in zip(scales, scales[1:]):
+        x = math.log(b["sessions"] / a["sessions"])
+        pairs = {k: (a.get(k), b.get(k)) for k in GROWTH}
+        pairs.update({f"qps_B{n}": (a["batch_qps"].get(n), b["batch_qps"].get(n)) for n in a["batch_qps"]})
+        out.append({"from": a["sessions"], "to": b["sessions"],
+                    "slopes": {k: round(math.log(v / u) / x, 2) for k, (u, v) in pairs.items()
+                               if x > 0 and u and v and u > 0 and v > 0}})
+    return out
+
+
+def _peak_rss_mb() -> float:
+    """The process's peak resident memory so far (scales run smallest first, so it is that of the largest yet)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.bench", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -286,15 +314,19 @@ def main(argv: list[str] | None = None) -> int:
         datasets = [(data, SyntheticEncoder(data)) for data in
                     (synthetic_memory(n, max(args.batches + [args.single])) for n in args.sessions)]
     scales = []
-    for data, encoder in datasets:
+    for data, encoder in sorted(datasets, key=lambda d: len(d[0].dataset.bank.session_ids)):
         result = bench_scale(data, backend, args.batches, args.single, args.reference, TimedEncoder(encoder),
                              text_encoder)
-        scales.append({"dataset": data.dataset.name, **result})
+        scales.append({"dataset": data.dataset.name, **result, "peak_rss_mb": round(_peak_rss_mb(), 1)})
         print(json.dumps(scales[-1]))
+    slopes = growth(scales)
+    for step in slopes:
+        print(f"growth {step['from']} -> {step['to']} sessions (log-log slope): "
+              + ", ".join(f"{k} {v}" for k, v in step["slopes"].items()))
     out = Path(args.output or f"out/bench_{backend.name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({**backend.describe(), "config": AssoMemConfig().to_json(), "scales": scales},
-                              indent=1) + "\n")
+    out.write_text(json.dumps({**backend.describe(), "config": AssoMemConfig().to_json(), "scales": scales,
+                               "growth": slopes}, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
 

@@ -51,9 +51,12 @@ def start(data: Path, port: int, encoder: str) -> subprocess.Popen:
 
 
 def sessions(n: int, seed: int = 0) -> list[dict]:
-    """Synthetic dated sessions: each a topic of 6 words out of 60 topics, 10 utterances of 8 to 16 words."""
+    """Synthetic dated sessions: each a topic of 6 words out of 60 topics, 10 utterances of 8 to 16 words (English
+    words, so that the encoder tells the topics apart: with made-up tokens every clue merged into one)."""
+    from wordfreq import top_n_list
+
     rng = random.Random(seed)
-    vocab = [f"w{i}" for i in range(2000)]
+    vocab = [w for w in top_n_list("en", 6000) if w.isalpha() and len(w) > 3][:2000]
     topics = [rng.sample(vocab, 6) for _ in range(60)]
     out = []
     for s in range(n):

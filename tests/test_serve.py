@@ -186,8 +186,8 @@ def test_acknowledged_writes_survive_kill_9_and_restart(tmp_path):
 
 
 def test_concurrent_clients_mixing_searches_adds_and_deletes(server):
-    """16 clients for ASSOMEM_SOAK_SECONDS (CI: 6; the issue asks 32 for 60): no 5xx, every acknowledged write there
-    at the end, and searches answered by fewer engine calls than requests."""
+    """ASSOMEM_SOAK_CLIENTS clients for ASSOMEM_SOAK_SECONDS (CI: 16 for 6 s; the issue's full run: 32 for 60 s): no
+    5xx, every acknowledged write there at the end, and searches answered by fewer engine calls than requests."""
     import random
     import threading
 
@@ -223,7 +223,8 @@ def test_concurrent_clients_mixing_searches_adds_and_deletes(server):
                 if r.status_code >= 500:
                     errors.append((r.status_code, r.text[:200]))
 
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(16)]
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(int(os.environ.get("ASSOMEM_SOAK_CLIENTS",
+                                                                                       "16")))]
     for t in threads:
         t.start()
     for t in threads:

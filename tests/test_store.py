@@ -323,6 +323,9 @@ def test_concurrent_searches_share_one_engine_call_and_get_their_own_answers(tmp
         assert isinstance(got[1], ValueError) and "question_date" in str(got[1])
         assert [[h.utterance_id for h in q] for q in got[2]] == \
             [[h.utterance_id for h in q] for q in store.search("t", asks[1][0], k=asks[1][1], question_date=asks[1][2])]
+        assert "t" in batcher._engine
+        batcher.forget("t")  # a deleted tenant leaves nothing behind in the batcher
+        assert "t" not in batcher._engine
 
 
 def test_store_cli_imports_exports_and_counts(tmp_path, meetingqa_file):

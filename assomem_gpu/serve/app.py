@@ -123,6 +123,7 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
             store.delete_tenant(name)
         except KeyError as exc:
             raise HTTPException(404, f"tenant {name!r} not found") from exc
+        batcher.forget(name)
         return Response(status_code=204)
 
     # ---- sessions and search (a tenant's key) --------------------------------------------------------------------

@@ -61,6 +61,11 @@ class SearchBatcher:
             raise request.error
         return request.hits
 
+    def forget(self, tenant: str) -> None:
+        """Drop what the batcher keeps for a tenant (once it is deleted)."""
+        with self._lock:
+            self._engine.pop(tenant, None)
+
     def _answer(self, tenant: str, batch: list[_Request], filters: dict) -> None:
         chunk: list[_Request] = []
         for r in batch:  # consecutive requests, up to max_questions questions a call
