@@ -115,10 +115,10 @@ class MemoryStore:
             with self._lock:
                 self._loaded.pop(name, None)
                 self._behind.discard(name)
-            self._forget(tenant, checkpoint=False)
+            self._drop_snapshots(tenant)  # first: no snapshot outlives the rows it was made from
             with self._db_lock:
                 self._db.execute("DELETE FROM tenants WHERE id = ?", [tenant])
-            self._forget(tenant)
+            self._checkpoint()
 
     # ---- writes --------------------------------------------------------------------------------------------------
     def add_sessions(self, tenant: str, sessions: Iterable[Session | Mapping]) -> None:
@@ -155,7 +155,7 @@ class MemoryStore:
             committed: list[bool] = []
 
             def commit(ids):
-                self._forget(tenant_id, checkpoint=False)  # first: a snapshot never holds a deleted session
+                self._drop_snapshots(tenant_id)  # first: a snapshot never holds a deleted session
                 with self._db_lock, self._transaction():
                     self._db.executemany("DELETE FROM sessions WHERE tenant = ? AND session_id = ?",
                                          [(tenant_id, sid) for sid in ids])
@@ -163,7 +163,7 @@ class MemoryStore:
                 committed.append(True)
 
             self._apply(tenant, committed, lambda: index.remove_sessions(session_ids, journal=commit))
-            self._forget(tenant_id)
+            self._checkpoint()
             self._mark_behind(tenant)
 
     # ---- reads ---------------------------------------------------------------------------------------------------
@@ -376,7 +376,7 @@ class MemoryStore:
         path = self._snapshot(tenant_id, commits)
         if not path.exists():
             index.save(path)
-        self._forget(tenant_id, keep=path)
+        self._drop_snapshots(tenant_id, keep=path)
 
     def _mark_behind(self, name: str) -> None:
         with self._lock:
@@ -395,17 +395,17 @@ class MemoryStore:
                     if current:
                         self._save(tenant_id, index)
 
-    def _forget(self, tenant_id: int, keep: Path | None = None, checkpoint: bool = True) -> None:
-        """Delete the tenant's snapshots (but ``keep``) and any left half-written; unless a snapshot is kept and
-        ``checkpoint`` is set, move every committed page into the file, truncating the WAL, so that deleted rows
-        leave no copy behind."""
+    def _drop_snapshots(self, tenant_id: int, keep: Path | None = None) -> None:
+        """Delete the tenant's snapshots (but ``keep``) and any left half-written."""
         folder = self.directory / "snapshots"
         for old in [*folder.glob(f"{tenant_id}-*.npz"), *folder.glob(f".{tenant_id}-*.tmp")]:
             if old != keep:
                 old.unlink(missing_ok=True)
-        if keep is None and checkpoint:
-            with self._db_lock:
-                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _checkpoint(self) -> None:
+        """Move every committed page into the file and truncate the WAL, so that deleted rows leave no copy behind."""
+        with self._db_lock:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _sweep(self) -> None:
         """At open: delete the snapshots of tenants that are gone and the files a crash left half-written."""
