@@ -46,6 +46,7 @@ class Backend:
     top_k: Callable  # (scores (B, n), k) -> (B, k) column indices, best first, ties to the lower index, NaN last
     max_batch: int  # questions per pass: a CPU pass stays within its cache and its allocator's reused memory
     components: Mapping[str, Choice] = field(default_factory=dict)
+    ppr_steps: bool = True  # ppr(..., tol=0, max_iter=H) runs exactly H iterations (local importance needs it)
     _uploads: dict = field(default_factory=dict, compare=False, repr=False)  # (id(owner), name) -> (ref, version, upload)
 
     def asarray(self, x, dtype=None):
@@ -239,12 +240,15 @@ def _device_top_k(scores, k: int):
 
 
 def _similarity_choice() -> Choice:
-    """The graph build's range search (``graph._range_search``) runs on the CPU: FAISS's GPU indexes have none."""
+    """The graph build's similarity search runs on the CPU: below ``GraphConfig.exact_limit`` utterances a range
+    search over all pairs (``graph._range_search``; FAISS's GPU indexes have none), above it the inverted file of
+    ``ivf.py`` (numpy products per list)."""
     try:
         import faiss  # noqa: F401
     except ImportError:
-        return Choice("cpu: numpy GEMM", "faiss is not installed; FAISS GPU indexes have no range search")
-    return Choice("cpu: FAISS range search", "preferred (FAISS GPU indexes have no range search)")
+        return Choice("cpu: numpy GEMM, IVF above exact_limit", "faiss is not installed; FAISS GPU indexes have no "
+                      "range search")
+    return Choice("cpu: FAISS range search, IVF above exact_limit", "preferred (FAISS GPU indexes have no range search)")
 
 
 def get_backend(device: str = "auto", ppr: str = "batched") -> Backend:
@@ -252,7 +256,8 @@ def get_backend(device: str = "auto", ppr: str = "batched") -> Backend:
     ``"auto"`` (CUDA where CuPy runs). Every component's choice is logged.
 
     ``ppr="cugraph"`` swaps in one-question-at-a-time PageRank on cuGraph (via nx-cugraph) for a single graph too
-    large for the batched buffers; an error says why when it is not installed.
+    large for the batched buffers; an error says why when it is not installed. PageRank there runs to convergence
+    over the whole graph, so it serves configs with ``ppr_hops=0`` only.
     """
     if device == "cpu":
         backend = cpu_backend()
@@ -273,7 +278,7 @@ def get_backend(device: str = "auto", ppr: str = "batched") -> Backend:
             raise RuntimeError(f"ppr='cugraph' unavailable: {reason}")
         from .signals.importance_graph import personalized_pagerank_graph
 
-        backend = replace(backend, ppr=personalized_pagerank_graph,
+        backend = replace(backend, ppr=personalized_pagerank_graph, ppr_steps=False,
                           components={**backend.components, "ppr_step": Choice("cuGraph PageRank", "ppr='cugraph'")})
     for name, choice in backend.components.items():
         log.info("%s: %s (%s)", name, choice.impl, choice.reason)

@@ -6,7 +6,8 @@ data (``--dataset ... --haystack-sessions N``, the first memory). Per scale: the
 bundled encoder; that encoding reported apart), single-question p50/p95 with the question's vector given and with its
 text (encoding included), batch throughput for B = 1, 16, 256, 1024, time per stage, adding a 10-utterance session
 (encoding apart), removing one, save and load and the file's size, the reference's time per question and the share
-of questions whose top-10 is identical, whether the index after the writes equals a rebuild, and the process's peak
+of questions whose top-10 is identical, whether the index after the writes equals a rebuild (above ``exact_limit``
+utterances, a rebuild with the index's IVF codebook, which removals keep), and the process's peak
 resident memory. Between consecutive sizes, the growth exponent of each figure (its log-log slope against the
 sessions: 1 is linear). ``--output`` writes JSON (default ``out/bench_<device>.json``; the committed figures are in
 ``benchmarks/results/``).
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from .assomem import AssoMem
 from .backend import Backend, get_backend
@@ -29,6 +31,7 @@ from .clues import keyword_clue
 from .config import AssoMemConfig
 from .encode import DEFAULT_MODEL, TransformersEncoder
 from .fusion import FusionModel
+from .graph import build_graph
 from .index import MemoryIndex, Session, Utterance
 from .memory import Dataset, Memory, MemoryBank, Question
 from .reference import reference_top
@@ -62,8 +65,8 @@ class SyntheticEncoder:
         self.vocab = {w: i for i, w in enumerate(sorted({w for ws in words for w in ws}))}
         rows = np.repeat(np.arange(len(texts)), [len(ws) for ws in words])
         cols = np.fromiter((self.vocab[w] for ws in words for w in ws), np.int64)
-        self.vectors = np.zeros((len(self.vocab), data.utterances.shape[1]), np.float32)
-        np.add.at(self.vectors, cols, data.utterances[rows])
+        uses = sp.csr_matrix((np.ones(len(rows), np.float32), (cols, rows)), shape=(len(self.vocab), len(texts)))
+        self.vectors = np.asarray(uses @ data.utterances, dtype=np.float32)  # words × utterances, no copy per use
         self.dim, self.name = data.utterances.shape[1], f"synthetic:{data.dataset.name}"
 
     def encode(self, texts):
@@ -230,6 +233,10 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
     rebuilt = MemoryIndex(encoder, config, fusion, backend, dated=False, dim=index.dim)
     held = [index.get_session(s) for s in index.session_ids]
     rebuilt.add_sessions(held, index._state.emb.view)  # the same vectors, from scratch
+    search = index._state._full.search
+    if search is not None:  # removals keep the inverted file's codebook: the rebuild to compare with uses it too
+        st = rebuilt._state
+        st._set_graph(build_graph(st.bank, st.emb.view, st.clue_emb.view, st.graph_config, codebook=search.codebook))
     same = [[h.utterance_id for h in hits]
             for hits in rebuilt.search_embeddings(qs[probe], [texts[i] for i in probe], question_date=when[probe])]
     reloaded = [[h.utterance_id for h in hits]
@@ -310,11 +317,11 @@ def main(argv: list[str] | None = None) -> int:
         datasets = [(EmbeddedDataset.build(ds.subset([q for q in range(len(ds.questions))
                                                       if ds.questions[q].memory == ds.questions[0].memory]), real),
                      real)]
-    else:
-        datasets = [(data, SyntheticEncoder(data)) for data in
-                    (synthetic_memory(n, max(args.batches + [args.single])) for n in args.sessions)]
+    else:  # made one at a time, smallest first, so that each scale's peak memory is its own
+        datasets = ((data, SyntheticEncoder(data)) for data in
+                    (synthetic_memory(n, max(args.batches + [args.single])) for n in sorted(args.sessions)))
     scales = []
-    for data, encoder in sorted(datasets, key=lambda d: len(d[0].dataset.bank.session_ids)):
+    for data, encoder in datasets:
         result = bench_scale(data, backend, args.batches, args.single, args.reference, TimedEncoder(encoder),
                              text_encoder)
         scales.append({"dataset": data.dataset.name, **result, "peak_rss_mb": round(_peak_rss_mb(), 1)})

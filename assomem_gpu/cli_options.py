@@ -22,7 +22,13 @@ def add_assomem_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--max-neighbors", type=int, default=g.max_neighbors, help="similarity edges kept per node")
     a.add_argument("--adjacency-weight", type=float, default=g.adjacency_weight, help="weight of consecutive-turn edges")
     a.add_argument("--speakers", action="store_true", help="add speaker nodes to the graph")
+    a.add_argument("--exact-limit", type=int, default=g.exact_limit,
+                   help="utterances from which a memory's similarity edges come from an inverted file (IVF)")
+    a.add_argument("--n-probe", type=int, default=g.n_probe, help="IVF lists an utterance searches for its neighbours")
     a.add_argument("--damping", type=float, default=d.damping, help="d: PPR damping")
+    a.add_argument("--ppr-hops", type=int, default=d.ppr_hops,
+                   help="PPR iterations, run on the candidates' neighbourhood of as many hops; 0: the whole graph, "
+                        "to convergence")
     a.add_argument("--temperature", type=float, default=d.temperature, help="T of the per-signal score softmax")
     a.add_argument("--weight-temperature", type=float, default=d.weight_temperature, help="T of softmax(CMI / H / T)")
     a.add_argument("--bin-edges", type=float, nargs="+", default=list(d.bin_edges),
@@ -49,10 +55,12 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
         raise ValueError("every signal is switched off")
     try:  # the configs check the values; their errors name the option
         graph = GraphConfig(delta=args.delta, gamma=args.gamma, max_neighbors=args.max_neighbors,
-                            adjacency_weight=args.adjacency_weight, speakers=args.speakers)
+                            adjacency_weight=args.adjacency_weight, speakers=args.speakers,
+                            exact_limit=args.exact_limit, n_probe=args.n_probe)
         return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, llm=args.llm,
                              clues=not args.no_clues, top_clues=args.top_clues, min_candidates=args.min_candidates,
-                             clue_mix=args.clue_mix, damping=args.damping, temperature=args.temperature,
+                             clue_mix=args.clue_mix, damping=args.damping, ppr_hops=args.ppr_hops,
+                             temperature=args.temperature,
                              weight_temperature=args.weight_temperature, bin_edges=tuple(args.bin_edges))
     except ValueError as exc:
         raise ValueError(re.sub(r"(?:AssoMemConfig|GraphConfig)\.(\w+)",

@@ -38,14 +38,22 @@ def keyword_clue(texts: Sequence[str], n_terms: int = 8) -> str:
     """A session's ``n_terms`` best unigrams and bigrams (stop words removed; bigrams within an utterance) by
     (1 + log tf) · idf, where idf = −log(frequency in English) and a bigram's is its rarer word's; ties alphabetical.
     Empty when the session has no such term."""
-    freq, stop = _english()
+    _, stop = _english()
     counts: Counter[str] = Counter()
     for text in texts:
         words = [w for w in _TOKEN.findall(text.lower()) if w not in stop]
-        counts.update(words + [f"{a} {b}" for a, b in zip(words, words[1:])])
-    idf = {w: -math.log(max(freq.get(w, 0.0), RAREST)) for w in counts if " " not in w}
-    score = {t: (1 + math.log(n)) * max(idf[w] for w in t.split(" ")) for t, n in counts.items()}
+        counts.update(words)
+        counts.update(map(" ".join, zip(words, words[1:])))
+    score = {}
+    for term, n in counts.items():
+        a, _, b = term.partition(" ")
+        score[term] = (1 + math.log(n)) * (max(_idf(a), _idf(b)) if b else _idf(a))
     return ", ".join(sorted(score, key=lambda t: (-score[t], t))[:n_terms])
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _idf(word: str) -> float:
+    return -math.log(max(_english()[0].get(word, 0.0), RAREST))
 
 
 def centroid_embeddings(offsets: np.ndarray, utt_emb: np.ndarray) -> np.ndarray:

@@ -2,7 +2,9 @@
 
 Nodes are ``[utterances | clues | speakers]``. Edges (symmetric, weighted, CSR):
 - ownership: utterance — the (merged) clue of its session;
-- similarity: clue — clue and utterance — utterance pairs with cosine above γ (FAISS kNN, then the threshold);
+- similarity: clue — clue and utterance — utterance pairs with cosine above γ, the ``max_neighbors`` strongest per
+  node (all pairs compared below ``exact_limit`` utterances; above it, the candidates come from an inverted file,
+  ``ivf.py``);
 - turn adjacency: consecutive utterances of a session (the dialogue's own structure; weight 0 turns it off);
 - speakers (optional, the paper's metadata extension): utterance — the person who said it.
 
@@ -18,6 +20,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from . import ivf
+from .ivf import Codebook
 from .memory import MemoryBank
 
 
@@ -28,14 +32,19 @@ class GraphConfig:
     max_neighbors: int = 10  # similarity edges kept per node (the strongest above γ)
     adjacency_weight: float = 1.0  # weight of edges between consecutive turns; 0 = none
     speakers: bool = False  # add a node per named speaker
+    exact_limit: int = 10_000  # utterances; from this many on, similarity candidates come from an IVF (ivf.py)
+    n_probe: int = 8  # IVF lists an utterance searches for its neighbours
+    list_size: int = 256  # utterances per IVF list, on average, when the codebook is trained
 
     def __post_init__(self):
         for name in ("delta", "gamma"):  # cosines: above 1 means "never" (the hybrid baselines' δ = 1.01)
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= -1):
                 raise ValueError(f"GraphConfig.{name} must be a finite cosine threshold >= -1, got {value!r}")
-        if not (isinstance(self.max_neighbors, int) and self.max_neighbors >= 0):
-            raise ValueError(f"GraphConfig.max_neighbors must be an integer >= 0, got {self.max_neighbors!r}")
+        for name, low in (("max_neighbors", 0), ("exact_limit", 0), ("n_probe", 1), ("list_size", 1)):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
+                raise ValueError(f"GraphConfig.{name} must be an integer >= {low}, got {value!r}")
         if not (isinstance(self.adjacency_weight, (int, float)) and 0 <= self.adjacency_weight < math.inf):
             raise ValueError(f"GraphConfig.adjacency_weight must be finite and >= 0, got {self.adjacency_weight!r}")
 
@@ -50,6 +59,14 @@ class ClueState:
     candidates: tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, cosine) clue pairs above γ
 
 
+@dataclass(frozen=True)
+class UttSearch:
+    """The inverted file a large memory's utterance pairs come from: the codebook and every utterance's probes."""
+
+    codebook: Codebook
+    probe: np.ndarray  # (n_utt, n_probe) int32, nearest list first
+
+
 @dataclass
 class MemoryGraph:
     """The graph of one memory. Utterance node ``i`` is the memory's utterance ``i``; clue node ``n_utt + c``."""
@@ -58,8 +75,9 @@ class MemoryGraph:
     clue_emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
     adjacency: sp.csr_matrix  # (n_nodes, n_nodes) float32, symmetric
     n_speakers: int = 0
-    utt_pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # directed top-k similarity pairs
+    utt_pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # directed top-k similarity pairs, by row
     clues: ClueState | None = None  # what grow_graph / shrink_graph update (kept when the clue nodes are dropped)
+    search: UttSearch | None = None  # how the utterance pairs were found (None: all pairs compared)
 
     def __post_init__(self):
         self.by_clue = np.argsort(self.utt_clue, kind="stable")  # utterance nodes grouped by clue, in node order
@@ -79,6 +97,23 @@ class MemoryGraph:
     @property
     def n_nodes(self) -> int:
         return self.n_utt + self.n_clues + self.n_speakers
+
+    def reach(self, seeds: np.ndarray, hops: int) -> np.ndarray:
+        """The nodes within ``hops`` edges of the ``seeds`` (node ids), ascending (utterance nodes first)."""
+        indptr, indices = self.adjacency.indptr, self.adjacency.indices
+        seen = np.zeros(self.n_nodes, bool)
+        frontier = np.unique(seeds)
+        seen[frontier] = True
+        for _ in range(hops):
+            starts, ends = indptr[frontier], indptr[frontier + 1]
+            lengths = ends - starts
+            at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+            found = indices[at]
+            frontier = np.unique(found[~seen[found]])
+            if len(frontier) == 0:
+                break
+            seen[frontier] = True
+        return np.flatnonzero(seen)
 
     def _transition(self) -> sp.csr_matrix:
         """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass), with int64 indices
@@ -230,40 +265,87 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
     return ClueState(labels, emb, (ci, cj, cs))
 
 
-def build_graph(bank: MemoryBank, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
-                config: GraphConfig) -> MemoryGraph:
+def build_graph(bank: MemoryBank, utt_emb: np.ndarray, session_clue_emb: np.ndarray, config: GraphConfig,
+                codebook: Codebook | None = None) -> MemoryGraph:
     """The graph of the memory whose sessions ``bank`` holds (``utt_emb`` per utterance, ``session_clue_emb`` per
-    session, both aligned with the bank)."""
-    pairs = similarity_pairs(utt_emb, config.gamma, config.max_neighbors)
-    return assemble(bank, pairs, clue_state(session_clue_emb, config), config)
+    session, both aligned with the bank). ``codebook``: search the utterance pairs through this one (a rebuild with
+    the codebook of a graph that shrank) rather than by the size rule of ``ivf.codebook_rows``."""
+    pairs, search = utterance_pairs(utt_emb, config, codebook)
+    return assemble(bank, pairs, clue_state(session_clue_emb, config), config, search)
+
+
+def utterance_pairs(emb: np.ndarray, config: GraphConfig, codebook: Codebook | None = None):
+    """The directed top-``max_neighbors`` similarity pairs of a memory's utterances and how they were searched: all
+    pairs below ``exact_limit`` utterances, else through the inverted file of ``codebook`` (trained here when None)."""
+    rows = ivf.codebook_rows(len(emb), config.exact_limit)
+    if config.max_neighbors < 1 or (codebook is None and rows == 0):
+        return similarity_pairs(emb, config.gamma, config.max_neighbors), None
+    if codebook is None:
+        codebook = ivf.train(emb[:rows], config.list_size)
+    search = UttSearch(codebook, ivf.probes(codebook, emb, config.n_probe))
+    every = np.arange(len(emb))
+    r, c = ivf.candidate_pairs(emb, search.probe, every, every, config.gamma - 1e-4, config.max_neighbors)
+    return select_top(r, c, exact_cosines(emb, r, c), config.gamma, config.max_neighbors), search
+
+
+def _by_row(rows: np.ndarray, cols: np.ndarray, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs made of whole rows' lists, each in ``select_top``'s order, put in row order (a stable sort keeps each
+    list's order, so the result is what ``select_top`` of all of them gives)."""
+    order = np.argsort(rows, kind="stable")
+    return rows[order], cols[order], sims[order]
 
 
 def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
                config: GraphConfig) -> MemoryGraph:
     """``g`` grown by the sessions appended to ``bank`` since it was built, equal to ``build_graph`` of the bank.
 
-    Only the new utterances are compared with the memory (one GEMM of new × all); an old utterance's neighbour list
-    changes only where a new utterance enters its top ``max_neighbors``. Clues grow by ``grow_clue_state``.
+    Only the new utterances are searched (against every utterance, or through their probes' lists); an old
+    utterance's neighbour list is chosen again only where a new utterance is a candidate of it (exact search: one
+    within γ; IVF: one in a list it probes). At the add that crosses a codebook size (``ivf.codebook_rows``) the
+    codebook is trained and every pair searched anew. Clues grow by ``grow_clue_state``.
     """
-    n_old = g.n_utt
-    new = np.ascontiguousarray(utt_emb[n_old:], dtype=np.float32)
-    new_r, all_c = np.nonzero(new @ utt_emb.T > config.gamma - 1e-4)  # (new, all)
-    vals = exact_cosines(utt_emb, n_old + new_r, all_c)
-    old_rows, old_cols, old_sims = g.utt_pairs
-    back = all_c < n_old  # old utterance -> new utterance candidates
-    rows = np.concatenate([old_rows, n_old + new_r, all_c[back]])
-    cols = np.concatenate([old_cols, all_c, n_old + new_r[back]])
-    pairs = select_top(rows, cols, np.concatenate([old_sims, vals, vals[back]]), config.gamma, config.max_neighbors)
-    return assemble(bank, pairs, grow_clue_state(g.clues, session_clue_emb, config), config)
+    clues = grow_clue_state(g.clues, session_clue_emb, config)
+    n_old, n = g.n_utt, len(utt_emb)
+    trained = g.search.codebook.rows if g.search is not None else 0
+    if config.max_neighbors > 0 and ivf.codebook_rows(n, config.exact_limit) > trained:
+        pairs, search = utterance_pairs(utt_emb, config)
+        return assemble(bank, pairs, clues, config, search)
+    new = np.arange(n_old, n)
+    radius = config.gamma - 1e-4
+    search = g.search
+    if search is None:
+        new_r, all_c = np.nonzero(np.ascontiguousarray(utt_emb[n_old:]) @ utt_emb.T > radius)
+        fr, fc = n_old + new_r, all_c
+        back = fc < n_old
+        br, bc = fc[back], fr[back]  # old utterance -> new utterance candidates
+    else:
+        search = UttSearch(search.codebook, np.concatenate([search.probe, ivf.probes(search.codebook, utt_emb[n_old:],
+                                                                                      config.n_probe)]))
+        fr, fc = ivf.candidate_pairs(utt_emb, search.probe, new, np.arange(n), radius, config.max_neighbors)
+        probed = np.zeros(search.codebook.n_lists, bool)
+        probed[search.probe[new, 0]] = True
+        hit = np.flatnonzero(probed[search.probe[:n_old]].any(axis=1))  # old rows that probe a new row's list
+        br, bc = ivf.candidate_pairs(utt_emb, search.probe, hit, new, radius, config.max_neighbors)
+    rows, cols, sims = g.utt_pairs
+    affected = np.zeros(n, bool)
+    affected[new], affected[br] = True, True
+    mine = affected[rows]
+    cand_r, cand_c = np.concatenate([fr, br]), np.concatenate([fc, bc])
+    top = select_top(np.concatenate([rows[mine], cand_r]), np.concatenate([cols[mine], cand_c]),
+                     np.concatenate([sims[mine], exact_cosines(utt_emb, cand_r, cand_c)]), config.gamma,
+                     config.max_neighbors)
+    pairs = _by_row(*(np.concatenate([x[~mine], t]) for x, t in zip((rows, cols, sims), top)))
+    return assemble(bank, pairs, clues, config, search)
 
 
 def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_sessions: np.ndarray,
                  utt_emb: np.ndarray, session_clue_emb: np.ndarray, config: GraphConfig) -> MemoryGraph:
     """``g`` without the utterances and sessions whose ``keep_*`` mask is False, equal to ``build_graph`` of what is
-    left (``bank``, ``utt_emb`` and ``session_clue_emb`` already hold only that).
+    left (``bank``, ``utt_emb`` and ``session_clue_emb`` already hold only that; with an IVF, a build given this
+    graph's codebook: a removal keeps the codebook, so the lists and probes of the kept utterances stay).
 
-    A kept utterance's neighbour list changes only if it lost a neighbour; those lists are searched again (one GEMM
-    of the affected × all). Clues change by ``shrink_clue_state``.
+    A kept utterance's neighbour list changes only if it lost a neighbour; those lists are searched again. Clues
+    change by ``shrink_clue_state``.
     """
     new_of = np.cumsum(keep_utt) - 1  # old node -> new node
     rows, cols, sims = g.utt_pairs
@@ -272,11 +354,19 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
     affected &= keep_utt
     stay = keep_utt[rows] & keep_utt[cols] & ~affected[rows]
     redo = new_of[np.flatnonzero(affected)]
-    r, c = np.nonzero(np.ascontiguousarray(utt_emb[redo]) @ utt_emb.T > config.gamma - 1e-4)
-    pairs = select_top(np.concatenate([new_of[rows[stay]], redo[r]]), np.concatenate([new_of[cols[stay]], c]),
-                       np.concatenate([sims[stay], exact_cosines(utt_emb, redo[r], c)]), config.gamma,
-                       config.max_neighbors)
-    return assemble(bank, pairs, shrink_clue_state(g.clues, keep_sessions, session_clue_emb, config), config)
+    radius = config.gamma - 1e-4
+    search = g.search
+    if search is None:
+        r, c = np.nonzero(np.ascontiguousarray(utt_emb[redo]) @ utt_emb.T > radius)
+        r = redo[r]
+    else:
+        search = UttSearch(search.codebook, search.probe[keep_utt])
+        r, c = ivf.candidate_pairs(utt_emb, search.probe, redo, np.arange(len(utt_emb)), radius,
+                                    config.max_neighbors)
+    top = select_top(r, c, exact_cosines(utt_emb, r, c), config.gamma, config.max_neighbors)
+    pairs = _by_row(*(np.concatenate([x, t]) for x, t in zip((new_of[rows[stay]], new_of[cols[stay]], sims[stay]),
+                                                              top)))
+    return assemble(bank, pairs, shrink_clue_state(g.clues, keep_sessions, session_clue_emb, config), config, search)
 
 
 def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarray, config: GraphConfig) -> ClueState:
@@ -320,7 +410,8 @@ def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarra
     return ClueState(new_labels, new_emb, (np.concatenate(ci), np.concatenate(cj), np.concatenate(cs)))
 
 
-def assemble(bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig) -> MemoryGraph:
+def assemble(bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
+             search: UttSearch | None = None) -> MemoryGraph:
     """The CSR graph from its parts: the utterance similarity pairs (directed top-k), the clues and the bank's
     sessions (ownership, turn adjacency, speakers)."""
     counts = np.diff(bank.offset_array)
@@ -354,4 +445,4 @@ def assemble(bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig)
     n = n_u + n_c + n_p
     directed = sp.csr_matrix((v, (r, c)), shape=(n, n))  # edge types meeting on one pair add up
     adj = directed.maximum(directed.T).tocsr().astype(np.float32)
-    return MemoryGraph(utt_clue, clues.emb, adj, n_p, utt_pairs, clues)
+    return MemoryGraph(utt_clue, clues.emb, adj, n_p, utt_pairs, clues, search)

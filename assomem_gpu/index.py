@@ -122,6 +122,9 @@ class MemoryIndex:
         if list(self.fusion.signals) != list(self.config.signals):
             raise ValueError(f"fusion.signals {self.fusion.signals} differ from config.signals {self.config.signals}")
         self.backend = device if isinstance(device, Backend) else get_backend(device)
+        if self.config.ppr_hops and not self.backend.ppr_steps:
+            raise ValueError(f"config.ppr_hops: {self.backend.components['ppr_step'].impl} runs PageRank to "
+                             "convergence over the whole graph; use ppr_hops=0 with it")
         self.dated = dated
         self.stage_seconds: dict[str, float] = defaultdict(float)  # wall time per stage, summed over calls
         self._lock = ReadWriteLock()

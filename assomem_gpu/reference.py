@@ -146,7 +146,8 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
             t[: len(utterances)] = np.clip(rel, 0, None)
             t = t / t.sum() if t.sum() > 0 else np.r_[np.full(len(utterances), 1 / len(utterances)),
                                                         np.zeros(g.number_of_nodes() - len(utterances))]
-            r = reference_ppr(g, t, cfg.damping, cfg.tol, cfg.max_iter)
+            # ppr_hops H > 0: H iterations over the whole graph (the fast path runs them on the candidates' H hops)
+            r = reference_ppr(g, t, cfg.damping, *((0.0, cfg.ppr_hops) if cfg.ppr_hops else (cfg.tol, cfg.max_iter)))
             col = np.log(np.maximum(r[local], 1e-30))
         elif name == "lexical":
             if ("bm25", q.memory) not in graphs:

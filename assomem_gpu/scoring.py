@@ -107,7 +107,7 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             signals[:, :, s] = xp.take_along_axis(rel, at, axis=1)
         elif name == "importance":
             with stage("ppr"):
-                signals[:, :, s] = xp.log(xp.maximum(importance(g, rel, at, config, backend), 1e-30))
+                signals[:, :, s] = xp.log(xp.maximum(importance(g, rel, at, valid, config, backend), 1e-30))
         elif name == "lexical":
             with stage("lexical"):
                 signals[:, :, s] = lexical(state, queries.texts, at, backend)
@@ -173,29 +173,54 @@ def candidates(g: MemoryGraph, q, rel, allowed, config: AssoMemConfig, backend: 
     return cand, counts
 
 
-def teleport(cosines, n_nodes: int, xp=np):
+def teleport(cosines, n_nodes: int, xp=np, mass=None, n_utt: int | None = None):
     """Eq. 2's t for a batch: the clipped query–utterance cosines on the utterance nodes (the first rows), 0 on the
     others, each column summing to 1.
 
-    ``cosines`` (B, n_utt) -> (n_nodes, B), F-ordered (made row by row from the cosines, without a transpose).
-    A question similar to nothing teleports uniformly over the utterances.
+    ``cosines`` (B, n) -> (n_nodes, B), F-ordered (made row by row from the cosines, without a transpose).
+    A question similar to nothing teleports uniformly over the utterances. When ``cosines`` hold a part of a
+    memory's utterances (the first of ``n_nodes`` nodes of a neighbourhood), ``mass`` (B,) is the whole memory's
+    clipped cosine sum and ``n_utt`` its utterance count: the part's values are then the whole teleport's.
     """
-    b, n_utt = cosines.shape
+    b, n = cosines.shape
     t = xp.zeros((b, n_nodes), np.float32)
-    xp.maximum(cosines, 0.0, out=t[:, :n_utt])
-    mass = t.sum(axis=1)
-    t[:, :n_utt] = xp.where((mass == 0)[:, None], np.float32(1.0 / max(n_utt, 1)), t[:, :n_utt])
-    t /= xp.maximum(t.sum(axis=1, keepdims=True), 1e-30)
+    xp.maximum(cosines, 0.0, out=t[:, :n])
+    if mass is None:
+        mass = t.sum(axis=1)
+        t[:, :n] = xp.where((mass == 0)[:, None], np.float32(1.0 / max(n, 1)), t[:, :n])
+        t /= xp.maximum(t.sum(axis=1, keepdims=True), 1e-30)
+    else:
+        t[:, :n] = xp.where((mass == 0)[:, None], np.float32(1.0 / max(n_utt or n, 1)),
+                            t[:, :n] / xp.maximum(mass, 1e-30)[:, None])
     return t.T
 
 
-def importance(g: MemoryGraph, rel, at, config: AssoMemConfig, backend: Backend):
-    """PPR scores (B, C) of the utterance rows ``at`` of each question, every question in one batched power
-    iteration over the memory's graph (a filter's -inf in ``rel`` clips to 0 like any negative cosine)."""
+def importance(g: MemoryGraph, rel, at, valid, config: AssoMemConfig, backend: Backend):
+    """PPR scores (B, C) of the utterance rows ``at`` (where ``valid``) of each question, every question in one
+    batched power iteration (a filter's -inf in ``rel`` clips to 0 like any negative cosine).
+
+    ``config.ppr_hops`` = H > 0: H iterations from r = t, on the nodes within H hops of the batch's candidates. A
+    node's value after m iterations reads only nodes m hops away, so the candidates get the very values H
+    iterations over the whole graph give them (the whole graph runs instead when the neighbourhood holds more than
+    half of it); the rest of the series weighs at most d^H of the whole in L1. H = 0: the whole graph, until the
+    change is below ``tol``.
+    """
     xp = backend.xp
-    r, _ = backend.ppr(backend.csr(g.transition), teleport(rel, g.n_nodes, xp), config.damping, config.tol,
-                       config.max_iter)
-    return r[at, xp.arange(len(at))[:, None]]
+    cols = xp.arange(len(at))[:, None]
+    if config.ppr_hops == 0:
+        r, _ = backend.ppr(backend.csr(g.transition), teleport(rel, g.n_nodes, xp), config.damping, config.tol,
+                           config.max_iter)
+        return r[at, cols]
+    mass = xp.maximum(rel, 0.0).sum(axis=1)
+    nodes = g.reach(backend.to_host(at[valid]), config.ppr_hops)
+    if 2 * len(nodes) > g.n_nodes:
+        r, _ = backend.ppr(backend.csr(g.transition), teleport(rel, g.n_nodes, xp, mass), config.damping, 0.0,
+                           config.ppr_hops)
+        return r[at, cols]
+    n_utt = int(np.searchsorted(nodes, g.n_utt))  # utterance nodes come first
+    tele = teleport(rel[:, backend.asarray(nodes[:n_utt])], len(nodes), xp, mass, g.n_utt)
+    r, _ = backend.ppr(backend.csr(g.transition[nodes][:, nodes]), tele, config.damping, 0.0, config.ppr_hops)
+    return r[xp.minimum(xp.searchsorted(backend.asarray(nodes), at), len(nodes) - 1), cols]
 
 
 def lexical(state: MemoryState, texts: list[str], at, backend: Backend):

@@ -19,7 +19,8 @@ import numpy as np
 from .clues import clue_embeddings, clue_texts
 from .config import AssoMemConfig
 from .encode import Encoder
-from .graph import ClueState, MemoryGraph, build_graph, grow_graph, shrink_graph, assemble
+from .graph import ClueState, MemoryGraph, UttSearch, assemble, build_graph, grow_graph, shrink_graph
+from .ivf import Codebook
 from .memory import MemoryBank
 from .signals.lexical import BM25Index
 from .signals.temporal import mentions_time, windows
@@ -170,6 +171,10 @@ class MemoryState:
             ci, cj, cs = clues.candidates
             arrays.update(utt_pairs_i=ui, utt_pairs_j=uj, utt_pairs_s=us, clue_labels=clues.labels,
                           clue_merged=clues.emb, clue_pairs_i=ci, clue_pairs_j=cj, clue_pairs_s=cs)
+            search = self._full.search
+            if search is not None:
+                arrays.update(ivf_centroids=search.codebook.centroids, ivf_rows=np.array([search.codebook.rows]),
+                              ivf_probe=search.probe)
         if self.lexical is not None:
             documents["bm25_vocabulary"], lexical = self.lexical.to_arrays()
             arrays.update(lexical)
@@ -196,7 +201,10 @@ class MemoryState:
             clues = ClueState(arrays["clue_labels"], arrays["clue_merged"],
                               (arrays["clue_pairs_i"], arrays["clue_pairs_j"], arrays["clue_pairs_s"]))
             pairs = (arrays["utt_pairs_i"], arrays["utt_pairs_j"], arrays["utt_pairs_s"])
-            state._set_graph(assemble(bank, pairs, clues, state.graph_config))
+            search = None
+            if "ivf_centroids" in arrays:
+                search = UttSearch(Codebook(arrays["ivf_centroids"], int(arrays["ivf_rows"][0])), arrays["ivf_probe"])
+            state._set_graph(assemble(bank, pairs, clues, state.graph_config, search))
         return state
 
 
@@ -225,6 +233,10 @@ def _check_snapshot(sessions: dict, utts: dict, arrays: dict) -> None:
         checks["clue labels"] = len(labels) == n_s and labels.min() >= 0 and labels.max() < len(arrays["clue_merged"])
         pairs = [np.asarray(arrays[f"utt_pairs_{k}"]) for k in "ij"]
         checks["utterance pairs"] = all(len(p) == 0 or (p.min() >= 0 and p.max() < n_u) for p in pairs)
+        if "ivf_centroids" in arrays:
+            probe, n_lists = np.asarray(arrays["ivf_probe"]), len(arrays["ivf_centroids"])
+            checks["IVF probes"] = probe.ndim == 2 and len(probe) == n_u and (probe.size == 0 or (
+                probe.min() >= 0 and probe.max() < n_lists)) and np.shape(arrays["ivf_rows"]) == (1,)
     bad = [name for name, ok in checks.items() if not ok]
     if bad:
         raise ValueError(f"these parts do not fit together: {', '.join(bad)}")
@@ -235,4 +247,4 @@ def without_clues(g: MemoryGraph) -> MemoryGraph:
     keep = np.concatenate([np.arange(g.n_utt), g.n_utt + g.n_clues + np.arange(g.n_speakers)])
     adj = g.adjacency[keep][:, keep].tocsr()
     return MemoryGraph(np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32), adj,
-                       g.n_speakers, g.utt_pairs, g.clues)
+                       g.n_speakers, g.utt_pairs, g.clues, g.search)

@@ -60,11 +60,13 @@ def test_graph_api_ppr_ranks_like_the_batched_one():
     assert np.allclose(graph_api, personalized_pagerank(m, t, 0.5, 1e-7, 200)[0], atol=1e-6)
 
     data = synthetic_memory(30, 12, dim=32)
-    config = AssoMemConfig(clue_mode="centroid")
+    config = AssoMemConfig(clue_mode="centroid", ppr_hops=0)  # the graph API runs PageRank to convergence only
     fusion = fixed_weights(config.signals)
     batched = AssoMem(config, fusion, device=get_backend("cpu"))
-    nx_backend = dataclasses.replace(get_backend("cpu"), ppr=functools.partial(personalized_pagerank_graph,
-                                                                             backend="networkx"))
+    nx_backend = dataclasses.replace(get_backend("cpu"), ppr_steps=False,
+                                     ppr=functools.partial(personalized_pagerank_graph, backend="networkx"))
+    with pytest.raises(ValueError, match="ppr_hops"):
+        AssoMem(AssoMemConfig(clue_mode="centroid"), fusion, device=nx_backend).index(data, 0)
     one_by_one = AssoMem(config, fusion, device=nx_backend)
     questions = list(range(len(data.dataset.questions)))
     for x, y in zip(batched.rank(data, questions, 10), one_by_one.rank(data, questions, 10)):

@@ -154,3 +154,120 @@ def test_shrinking_clues_equals_building_them():
         assert np.array_equal(state.emb, built.emb)
         assert key(state.candidates) == key(built.candidates)
     assert split_any  # removing a bridge did split its clue
+
+
+def clustered(n_sessions: int, per: int = 5, dim: int = 32, seed: int = 0):
+    """Utterance vectors around 20 topics, their sessions' centroids and a bank of ``n`` sessions."""
+    from assomem_gpu.memory import MemoryBank
+
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(20, dim))
+    emb = unit(centres[rng.integers(20, size=n_sessions * per)] + 0.4 * rng.normal(size=(n_sessions * per, dim)))
+
+    def bank(n):
+        b = MemoryBank()
+        for s in range(n):
+            b.add_session(f"s{s}", 0.0, [(f"s{s}:{t}", "user", "x") for t in range(per)])
+        return b
+
+    return emb, bank
+
+
+def assert_same_graph(a, b):
+    assert (a.adjacency != b.adjacency).nnz == 0
+    for x, y in zip(a.utt_pairs, b.utt_pairs):
+        assert np.array_equal(x, y)
+    assert (a.search is None) == (b.search is None)
+    if a.search is not None:
+        assert np.array_equal(a.search.codebook.centroids, b.search.codebook.centroids)
+        assert np.array_equal(a.search.probe, b.search.probe)
+
+
+def test_ivf_graph_grown_equals_built_across_codebook_doublings():
+    from assomem_gpu.graph import grow_graph
+
+    per = 5
+    emb, bank = clustered(300, per)
+    clue = centroid_embeddings(np.arange(0, 300 * per + 1, per), emb)
+    config = GraphConfig(gamma=0.6, exact_limit=200, list_size=16, n_probe=3)
+    g = build_graph(bank(10), emb[: 10 * per], clue[:10], config)
+    assert g.search is None  # 50 utterances: below exact_limit, all pairs compared
+    trained = []
+    for hi in (30, 41, 90, 200, 300):  # crosses 200, 400 and 800 utterances
+        g = grow_graph(g, bank(hi), emb[: hi * per], clue[:hi], config)
+        assert_same_graph(g, build_graph(bank(hi), emb[: hi * per], clue[:hi], config))
+        trained.append(0 if g.search is None else g.search.codebook.rows)
+    assert trained == [0, 200, 400, 800, 800]
+
+
+def test_ivf_graph_shrunk_equals_built_with_its_codebook_and_finds_most_edges():
+    from assomem_gpu.graph import shrink_graph
+
+    per = 5
+    emb, bank = clustered(300, per, seed=1)
+    clue = centroid_embeddings(np.arange(0, 300 * per + 1, per), emb)
+    config = GraphConfig(gamma=0.6, exact_limit=200, list_size=16, n_probe=3)
+    g = build_graph(bank(300), emb, clue, config)
+    exact = build_graph(bank(300), emb, clue, GraphConfig(gamma=0.6))
+    found = set(zip(*g.utt_pairs[:2])) & set(zip(*exact.utt_pairs[:2]))
+    assert len(found) / len(exact.utt_pairs[0]) > 0.9  # edge recall of the inverted file
+    keep_s = np.ones(300, bool)
+    keep_s[np.random.default_rng(2).choice(300, 40, replace=False)] = False
+    keep_u = np.repeat(keep_s, per)
+    kept = bank(300).select(np.flatnonzero(keep_s))
+    shrunk = shrink_graph(g, kept, keep_u, keep_s, emb[keep_u], clue[keep_s], config)
+    assert_same_graph(shrunk, build_graph(kept, emb[keep_u], clue[keep_s], config, codebook=g.search.codebook))
+
+
+def test_ivf_probes_do_not_depend_on_the_batch():
+    from assomem_gpu import ivf
+
+    emb, _ = clustered(400, 5, seed=3)
+    codebook = ivf.train(emb[:1600], list_size=16)
+    batch = ivf.probes(codebook, emb, 4)
+    one_by_one = np.concatenate([ivf.probes(codebook, emb[i : i + 1], 4) for i in range(300)])
+    assert np.array_equal(batch[:300], one_by_one)
+    nearest = np.argmax(emb @ codebook.centroids.T, axis=1)
+    assert np.array_equal(batch[:, 0], nearest)  # a row's own list first
+    assert np.all(np.diff(batch[:, 1:], axis=1) > 0)  # the other probes ascending, no repeats
+    assert ivf.codebook_rows(199, 200) == 0 and ivf.codebook_rows(200, 200) == 200
+    assert ivf.codebook_rows(799, 200) == 400 and ivf.codebook_rows(800, 200) == 800
+
+
+def test_reach_finds_the_nodes_within_so_many_hops():
+    import scipy.sparse as sp
+
+    from assomem_gpu.graph import MemoryGraph
+
+    path = sp.diags([np.ones(5, np.float32), np.ones(5, np.float32)], [1, -1], shape=(6, 6)).tocsr()  # 0-1-2-3-4-5
+    g = MemoryGraph(np.zeros(6, np.int64), np.zeros((0, 2), np.float32), path)
+    assert g.reach(np.array([0]), 0).tolist() == [0]
+    assert g.reach(np.array([0]), 2).tolist() == [0, 1, 2]
+    assert g.reach(np.array([0, 5]), 1).tolist() == [0, 1, 4, 5]
+    assert g.reach(np.array([2]), 10).tolist() == list(range(6))
+
+
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_local_importance_equals_that_many_iterations_over_the_whole_graph(hops):
+    """PPR on the candidates' ``hops``-hop neighbourhood gives the candidates the values of ``hops`` power iterations
+    over the whole graph."""
+    from assomem_gpu.backend import get_backend
+    from assomem_gpu.config import AssoMemConfig
+    from assomem_gpu.scoring import importance, teleport
+    from assomem_gpu.signals.importance import personalized_pagerank
+
+    per = 5
+    emb, bank = clustered(200, per, seed=4)
+    clue = centroid_embeddings(np.arange(0, 200 * per + 1, per), emb)
+    g = build_graph(bank(200), emb, clue, GraphConfig(gamma=0.6, delta=0.9))
+    rng = np.random.default_rng(5)
+    rel = rng.uniform(-0.2, 1.0, size=(3, g.n_utt)).astype(np.float32)
+    at = np.stack([np.sort(rng.choice(g.n_utt, size=30, replace=False)) for _ in range(3)])
+    valid = np.ones(at.shape, bool)
+    valid[2, 20:] = False  # a question with fewer candidates: its padding counts for nothing
+    config = AssoMemConfig(ppr_hops=hops)
+    local = importance(g, rel, np.where(valid, at, 0), valid, config, get_backend("cpu"))
+    whole, _ = personalized_pagerank(g.transition, teleport(rel, g.n_nodes), config.damping, 0.0, hops)
+    for b in range(3):
+        assert np.allclose(local[b, valid[b]], whole[at[b, valid[b]], b], rtol=1e-5, atol=0)
+    assert len(g.reach(at[0], 1)) < g.n_nodes  # a neighbourhood is a part of the graph

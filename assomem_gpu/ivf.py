@@ -1,0 +1,132 @@
+"""Inverted-file (IVF) search of similarity pairs: how a large memory finds its utterance–utterance edges without
+comparing all pairs.
+
+A codebook of spherical k-means centroids cuts the utterances into lists; an utterance lives in the list of its
+nearest centroid and looks for neighbours in the lists of its ``n_probe`` nearest centroids (its probes). Its
+candidates are the members of those lists, so a memory of n utterances costs about n · n_probe · list size products
+instead of n²/2.
+
+Everything is a function of the vectors and the codebook, never of the order in which rows arrived: a row's probes
+are settled by exactly recomputed products where float32 leaves them in doubt (ties to the lower centroid), and the codebook is trained on the memory's
+first ``codebook_rows(n)`` rows, a power-of-two multiple of ``exact_limit``. An index grown row by row therefore
+trains the same codebook, at the add that crosses each doubling, as a build of the same rows does; a removal keeps
+the codebook it has (see ``graph.shrink_graph``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+TRAIN_PER_LIST = 64  # k-means training rows per centroid (a seeded sample of the codebook's rows)
+ITERATIONS = 10  # k-means iterations
+DOUBT = 1e-4  # a float32 gap between centroid products below this is settled in float64
+
+
+@dataclass(frozen=True)
+class Codebook:
+    """Centroids (n_lists, dim) float32, L2-normalised, trained on a memory's first ``rows`` utterances."""
+
+    centroids: np.ndarray
+    rows: int
+
+    @property
+    def n_lists(self) -> int:
+        return len(self.centroids)
+
+
+def codebook_rows(n: int, exact_limit: int) -> int:
+    """How many of a memory's first rows its codebook is trained on: 0 (exact search) below ``exact_limit``, else
+    the largest ``exact_limit`` · 2^m ≤ n, so a growing memory retrains at each doubling."""
+    if n < max(exact_limit, 1):
+        return 0
+    rows = max(exact_limit, 1)
+    while rows * 2 <= n:
+        rows *= 2
+    return rows
+
+
+def train(x: np.ndarray, list_size: int, seed: int = 0) -> Codebook:
+    """Spherical k-means over ``x`` (all of it is the codebook's rows): ``len(x) // list_size`` centroids (at least
+    one), initialised from a seeded sample of rows and refined on a sample of ``TRAIN_PER_LIST`` rows per centroid."""
+    n_lists = max(1, len(x) // list_size)
+    rng = np.random.default_rng(seed)
+    sample = x[np.sort(rng.choice(len(x), size=min(len(x), TRAIN_PER_LIST * n_lists), replace=False))]
+    centroids = sample[np.sort(rng.choice(len(sample), size=n_lists, replace=False))].copy()
+    for _ in range(ITERATIONS):
+        nearest = np.argmax(sample @ centroids.T, axis=1)
+        sums = sp.csr_matrix((np.ones(len(sample), np.float32), (nearest, np.arange(len(sample)))),
+                             shape=(n_lists, len(sample))) @ sample
+        empty = np.bincount(nearest, minlength=n_lists) == 0
+        sums[empty] = centroids[empty]  # a centroid that won no row stays where it was
+        centroids = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    return Codebook(centroids.astype(np.float32), len(x))
+
+
+def probes(codebook: Codebook, x: np.ndarray, n_probe: int, block: int = 8192) -> np.ndarray:
+    """(len(x), n_probe) int32: each row's ``n_probe`` nearest centroids, its own list (the nearest) first and the
+    others in increasing order.
+
+    A float32 product ranks the centroids. Where it leaves the nearest or the last probed one in doubt (a gap under
+    ``DOUBT``, far above float32 rounding), the row's shortlist is scored again one pair at a time in float64,
+    rounded to 1e-6, ties to the lower centroid: so a row's probes do not depend on the batch it came in.
+    """
+    n_probe = min(n_probe, codebook.n_lists)
+    out = np.empty((len(x), n_probe), np.int32)
+    for lo in range(0, len(x), block):
+        part = x[lo : lo + block]
+        s = part @ codebook.centroids.T
+        near = _best(s, min(n_probe + 1, codebook.n_lists))
+        ranked = np.take_along_axis(s, near, axis=1)
+        doubt = ranked[:, 0] - ranked[:, min(1, near.shape[1] - 1)] < DOUBT
+        if near.shape[1] > n_probe:
+            doubt |= ranked[:, n_probe - 1] - ranked[:, n_probe] < DOUBT
+        doubt &= near.shape[1] > 1
+        if doubt.any():
+            short = _best(s[doubt], min(n_probe + 4, codebook.n_lists))
+            exact = np.round((codebook.centroids[short].astype(np.float64)
+                              * part[doubt].astype(np.float64)[:, None, :]).sum(axis=2), 6)
+            near[doubt, :n_probe] = np.take_along_axis(short, np.lexsort((short, -exact))[:, :n_probe], axis=1)
+        out[lo : lo + block, 0] = near[:, 0]
+        out[lo : lo + block, 1:] = np.sort(near[:, 1:n_probe], axis=1)
+    return out
+
+
+def _best(s: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of each row's ``k`` largest values, largest first."""
+    top = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < s.shape[1] else np.broadcast_to(np.arange(s.shape[1]),
+                                                                                              s.shape)
+    return np.take_along_axis(top, np.argsort(-np.take_along_axis(s, top, axis=1), axis=1, kind="stable"), axis=1)
+
+
+def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, members: np.ndarray, radius: float,
+                    k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (query row, member row), with x_q · x_m > ``radius``, of the query rows and the member rows whose list
+    the query probes (``probe`` of every row of ``x``; a row's list is its column 0). One product per list.
+
+    Of a query's members in one list only its ``k`` most similar others are kept, with every member within
+    ``DOUBT`` of the k-th (float32 cannot order those): its ``k`` best pairs overall are among them, whatever the lists. This
+    bounds the pairs in memories full of near-duplicates ("Thanks!"), where most members pass the radius.
+    """
+    lists = probe[members, 0]
+    order = np.argsort(lists, kind="stable")
+    members, lists = members[order], lists[order]
+    q_rows = np.repeat(queries, probe.shape[1])
+    q_lists = probe[queries].ravel()
+    q_order = np.argsort(q_lists, kind="stable")
+    q_rows, q_lists = q_rows[q_order], q_lists[q_order]
+    bounds = np.searchsorted(lists, np.arange(probe.max(initial=0) + 2))
+    q_bounds = np.searchsorted(q_lists, np.arange(probe.max(initial=0) + 2))
+    rows, cols = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for lst in np.flatnonzero((np.diff(bounds) > 0) & (np.diff(q_bounds) > 0)):
+        m = members[bounds[lst] : bounds[lst + 1]]
+        q = q_rows[q_bounds[lst] : q_bounds[lst + 1]]
+        sims = x[q] @ x[m].T
+        floor = np.full(len(q), radius, np.float32)
+        if k + 1 < len(m):  # k + 1: a query may be a member of the list, and its pair with itself never counts
+            kth = np.partition(sims, len(m) - k - 1, axis=1)[:, len(m) - k - 1]
+            floor = np.maximum(floor, kth - DOUBT)
+        r, c = np.nonzero(sims > floor[:, None])
+        rows.append(q[r].astype(np.int64)), cols.append(m[c].astype(np.int64))
+    return np.concatenate(rows), np.concatenate(cols)

@@ -1,0 +1,95 @@
+"""What the scaling shortcuts change, measured with the bundled MiniLM.
+
+1. Edge recall of the inverted file (``GraphConfig.exact_limit``, ``n_probe``): the share of the exact search's
+   directed top-``max_neighbors`` utterance pairs the IVF finds, and the time of each, on the first ``--utterances``
+   distinct turns of a dataset (real dialogue: near-duplicate turns make the exact search's candidate lists long).
+2. Top-10 agreement: on the load benchmark's 2,500-session memory (``serve_load.sessions``), the share of questions
+   whose top 10 is identical to that of (exact edges, whole-graph PPR to convergence), for the IVF and for
+   ``ppr_hops`` = 1 … 4.
+
+``python benchmarks/scale_agreement.py --dataset longmemeval:../shared/data/longmemeval/longmemeval_s_dev.json.gz
+--output benchmarks/results/scale_agreement.json``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from serve_load import sessions  # noqa: E402
+
+from assomem_gpu import AssoMemConfig, GraphConfig, MemoryIndex  # noqa: E402
+from assomem_gpu.data import load_dataset  # noqa: E402
+from assomem_gpu.encode import make_encoder  # noqa: E402
+from assomem_gpu.graph import utterance_pairs  # noqa: E402
+
+
+def edge_recall(x: np.ndarray, probes: list[int]) -> dict:
+    start = time.perf_counter()
+    (rows, cols, _), _ = utterance_pairs(x, GraphConfig(exact_limit=len(x) + 1))
+    out = {"utterances": len(x), "exact_pairs": len(rows), "exact_s": round(time.perf_counter() - start, 2)}
+    exact = set(zip(rows.tolist(), cols.tolist()))
+    for n_probe in probes:
+        start = time.perf_counter()
+        (r, c, _), search = utterance_pairs(x, GraphConfig(exact_limit=0, n_probe=n_probe))
+        out[f"n_probe={n_probe}"] = {"recall": round(len(exact & set(zip(r.tolist(), c.tolist()))) / len(exact), 4),
+                                     "ivf_s": round(time.perf_counter() - start, 2),
+                                     "lists": search.codebook.n_lists}
+    return out
+
+
+def agreement(n_sessions: int, encoder) -> dict:
+    data = sessions(n_sessions)
+    questions = [" ".join(s["utterances"][t % 10]["text"].split()[:6])
+                 for t, s in enumerate(data[:: max(1, n_sessions // 300)])]
+    q = encoder.encode(questions)
+    indexes = {}
+    for name, graph in (("exact", GraphConfig(exact_limit=10**9)), ("ivf", GraphConfig())):
+        indexes[name] = MemoryIndex(encoder, AssoMemConfig(graph=graph), device="cpu")
+        indexes[name].add_sessions(data)
+
+    def top10(name: str, hops: int) -> list[list[str]]:
+        index = indexes[name]
+        index.config = replace(index.config, ppr_hops=hops)  # a search-time setting: the graph is the same
+        hits = index.search_embeddings(q, questions, k=10, question_date=1_700_000_000)
+        return [[h.utterance_id for h in hs] for hs in hits]
+
+    base = top10("exact", 0)
+    out = {"sessions": n_sessions, "questions": len(questions)}
+    for name in ("exact", "ivf"):
+        for hops in (0, 1, 2, 3, 4):
+            same = sum(a == b for a, b in zip(base, top10(name, hops)))
+            out[f"{name} edges, ppr_hops={hops}"] = round(same / len(base), 4)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", required=True, help="<format>:<path> whose turns the edge recall is measured on")
+    p.add_argument("--utterances", type=int, nargs="+", default=[25_000])
+    p.add_argument("--n-probe", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--sessions", type=int, default=2500, help="size of the memory the top-10 agreement is taken on")
+    p.add_argument("--output", help="JSON results")
+    args = p.parse_args()
+    encoder = make_encoder()
+    texts = list(dict.fromkeys(load_dataset(args.dataset).bank.encoded_texts()))
+    result = {"dataset": args.dataset, "encoder": encoder.name, "edge_recall": [], "config": GraphConfig().__dict__}
+    for n in args.utterances:
+        x = np.ascontiguousarray(encoder.encode(texts[:n]))
+        result["edge_recall"].append(edge_recall(x, args.n_probe))
+        print(json.dumps(result["edge_recall"][-1]), flush=True)
+    result["top10_agreement"] = agreement(args.sessions, encoder)
+    print(json.dumps(result["top10_agreement"]))
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
