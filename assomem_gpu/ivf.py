@@ -106,18 +106,24 @@ def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, membe
     the query probes (``probe`` of every row of ``x``; a row's list is its column 0). One product per list.
 
     Of a query's members in one list only its ``k`` most similar others are kept, with every member within
-    ``DOUBT`` of the k-th (float32 cannot order those): its ``k`` best pairs overall are among them, whatever the lists. This
-    bounds the pairs in memories full of near-duplicates ("Thanks!"), where most members pass the radius.
+    ``DOUBT`` of the k-th (float32 cannot order those): its ``k`` best pairs overall are among them, whatever the
+    lists. This bounds the pairs in memories full of near-duplicates ("Thanks!"), where most members pass the radius.
+    Only the members of probed lists are sorted, so a few queries (an add) cost little beyond one pass over them.
     """
-    lists = probe[members, 0]
-    order = np.argsort(lists, kind="stable")
-    members, lists = members[order], lists[order]
     q_rows = np.repeat(queries, probe.shape[1])
     q_lists = probe[queries].ravel()
+    n_lists = int(q_lists.max(initial=-1)) + 1
+    probed = np.zeros(n_lists + 1, bool)  # the last slot: lists no query probes
+    probed[q_lists] = True
+    lists = probe[members, 0]
+    keep = probed[np.minimum(lists, n_lists)]
+    members, lists = members[keep], lists[keep]
+    order = np.argsort(lists, kind="stable")
+    members, lists = members[order], lists[order]
     q_order = np.argsort(q_lists, kind="stable")
     q_rows, q_lists = q_rows[q_order], q_lists[q_order]
-    bounds = np.searchsorted(lists, np.arange(probe.max(initial=0) + 2))
-    q_bounds = np.searchsorted(q_lists, np.arange(probe.max(initial=0) + 2))
+    bounds = np.searchsorted(lists, np.arange(n_lists + 1))
+    q_bounds = np.searchsorted(q_lists, np.arange(n_lists + 1))
     rows, cols = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for lst in np.flatnonzero((np.diff(bounds) > 0) & (np.diff(q_bounds) > 0)):
         m = members[bounds[lst] : bounds[lst + 1]]
