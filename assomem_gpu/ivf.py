@@ -7,10 +7,10 @@ candidates are the members of those lists, so a memory of n utterances costs abo
 instead of n²/2.
 
 Everything is a function of the vectors and the codebook, never of the order in which rows arrived: a row's probes
-are settled by exactly recomputed products where float32 leaves them in doubt (ties to the lower centroid), and the codebook is trained on the memory's
-first ``codebook_rows(n)`` rows, a power-of-two multiple of ``exact_limit``. An index grown row by row therefore
-trains the same codebook, at the add that crosses each doubling, as a build of the same rows does; a removal keeps
-the codebook it has (see ``graph.shrink_graph``).
+are settled by exactly recomputed products where float32 leaves them in doubt (ties to the lower centroid), and the
+codebook is trained on the memory's first ``codebook_rows(n)`` rows, a power-of-two multiple of ``exact_limit``. An
+index grown row by row therefore trains the same codebook, at the add that crosses each doubling, as a build of the
+same rows does; a removal keeps the codebook it has (see ``graph.shrink_graph``).
 """
 from __future__ import annotations
 
