@@ -187,11 +187,8 @@ def teleport(cosines, n_nodes: int, xp=np, mass=None, n_utt: int | None = None):
     xp.maximum(cosines, 0.0, out=t[:, :n])
     if mass is None:
         mass = t.sum(axis=1)
-        t[:, :n] = xp.where((mass == 0)[:, None], np.float32(1.0 / max(n, 1)), t[:, :n])
-        t /= xp.maximum(t.sum(axis=1, keepdims=True), 1e-30)
-    else:
-        t[:, :n] = xp.where((mass == 0)[:, None], np.float32(1.0 / max(n_utt or n, 1)),
-                            t[:, :n] / xp.maximum(mass, 1e-30)[:, None])
+    t[:, :n] = xp.where((mass == 0)[:, None], np.float32(1.0 / max(n_utt or n, 1)),
+                        t[:, :n] / xp.maximum(mass, 1e-30)[:, None])
     return t.T
 
 
@@ -206,21 +203,21 @@ def importance(g: MemoryGraph, rel, at, valid, config: AssoMemConfig, backend: B
     change is below ``tol``.
     """
     xp = backend.xp
-    cols = xp.arange(len(at))[:, None]
+    matrix, rows = g.transition, at
     if config.ppr_hops == 0:
-        r, _ = backend.ppr(backend.csr(g.transition), teleport(rel, g.n_nodes, xp), config.damping, config.tol,
-                           config.max_iter)
-        return r[at, cols]
-    mass = xp.maximum(rel, 0.0).sum(axis=1)
-    nodes = g.reach(backend.to_host(at[valid]), config.ppr_hops)
-    if 2 * len(nodes) > g.n_nodes:
-        r, _ = backend.ppr(backend.csr(g.transition), teleport(rel, g.n_nodes, xp, mass), config.damping, 0.0,
-                           config.ppr_hops)
-        return r[at, cols]
-    n_utt = int(np.searchsorted(nodes, g.n_utt))  # utterance nodes come first
-    tele = teleport(rel[:, backend.asarray(nodes[:n_utt])], len(nodes), xp, mass, g.n_utt)
-    r, _ = backend.ppr(backend.csr(g.transition[nodes][:, nodes]), tele, config.damping, 0.0, config.ppr_hops)
-    return r[xp.minimum(xp.searchsorted(backend.asarray(nodes), at), len(nodes) - 1), cols]
+        tele, tol, steps = teleport(rel, g.n_nodes, xp), config.tol, config.max_iter
+    else:
+        mass, tol, steps = xp.maximum(rel, 0.0).sum(axis=1), 0.0, config.ppr_hops
+        nodes = g.reach(backend.to_host(at[valid]), config.ppr_hops)
+        if 2 * len(nodes) > g.n_nodes:
+            tele = teleport(rel, g.n_nodes, xp, mass)
+        else:
+            n_utt = int(np.searchsorted(nodes, g.n_utt))  # utterance nodes come first
+            tele = teleport(rel[:, backend.asarray(nodes[:n_utt])], len(nodes), xp, mass, g.n_utt)
+            matrix = g.transition[nodes][:, nodes]
+            rows = xp.minimum(xp.searchsorted(backend.asarray(nodes), at), len(nodes) - 1)
+    r, _ = backend.ppr(backend.csr(matrix), tele, config.damping, tol, steps)
+    return r[rows, xp.arange(len(at))[:, None]]
 
 
 def lexical(state: MemoryState, texts: list[str], at, backend: Backend):
