@@ -55,6 +55,14 @@ class Backend:
     def to_host(self, x) -> np.ndarray:
         return x.get() if hasattr(x, "get") else np.asarray(x)
 
+    def repeat(self, values, counts):
+        """``values[i]`` ``counts[i]`` times, in order: numpy.repeat (CuPy's takes no array of counts, so on the
+        device each output position finds its value by a sorted search of the counts' running sum)."""
+        if self.name == "cpu":
+            return np.repeat(values, counts)
+        ends = self.xp.cumsum(counts)
+        return values[self.xp.searchsorted(ends, self.xp.arange(int(ends[-1]) if len(ends) else 0), side="right")]
+
     def resident(self, owner, name: str, version: int, make: Callable[[], Any]):
         """``make()`` (an array, or a scipy CSR matrix) as this backend holds it: itself on the CPU; on the device,
         uploaded once per (owner, name, version) (CSR with int32 indices, as cuSPARSE and the C++ step take) and

@@ -29,6 +29,9 @@ def add_assomem_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--ppr-hops", type=int, default=d.ppr_hops,
                    help="PPR iterations, run on the candidates' neighbourhood of as many hops; 0: the whole graph, "
                         "to convergence")
+    a.add_argument("--query-probe", type=int, default=d.query_probe,
+                   help="past --exact-limit utterances: IVF lists a question's relevance is computed on; 0: every "
+                        "utterance")
     a.add_argument("--temperature", type=float, default=d.temperature, help="T of the per-signal score softmax")
     a.add_argument("--weight-temperature", type=float, default=d.weight_temperature, help="T of softmax(CMI / H / T)")
     a.add_argument("--bin-edges", type=float, nargs="+", default=list(d.bin_edges),
@@ -60,7 +63,7 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
         return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, llm=args.llm,
                              clues=not args.no_clues, top_clues=args.top_clues, min_candidates=args.min_candidates,
                              clue_mix=args.clue_mix, damping=args.damping, ppr_hops=args.ppr_hops,
-                             temperature=args.temperature,
+                             query_probe=args.query_probe, temperature=args.temperature,
                              weight_temperature=args.weight_temperature, bin_edges=tuple(args.bin_edges))
     except ValueError as exc:
         raise ValueError(re.sub(r"(?:AssoMemConfig|GraphConfig)\.(\w+)",

@@ -28,6 +28,9 @@ class AssoMemConfig:
     ppr_hops: int = 3  # importance = this many PPR iterations, run on the nodes within as many hops of the
     # candidates (which gives the candidates the whole graph's values of those iterations); 0 = the whole graph,
     # iterated until the change is below tol
+    query_probe: int = 32  # in a memory past graph.exact_limit utterances, a question's relevance is computed on the
+    # members of the IVF lists of its this many nearest centroids, its candidates' and PPR neighbourhood's (0 = on
+    # every utterance)
     temperature: float = 4.0  # T of the per-signal softmax over a question's candidates
     weight_temperature: float = 0.05  # T of softmax(U / T), U = CMI / H(λ) in [0, 1]
     bin_edges: tuple[float, ...] = (0.5, 0.9)  # quantile edges of the low / medium / high score bins
@@ -41,7 +44,8 @@ class AssoMemConfig:
             raise ValueError(f"AssoMemConfig.signals must be distinct names from {SIGNALS}, got {self.signals}")
         if self.clue_mode not in CLUE_MODES:
             raise ValueError(f"AssoMemConfig.clue_mode must be one of {CLUE_MODES}, got {self.clue_mode!r}")
-        for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_iter", 1), ("ppr_hops", 0)):
+        for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_iter", 1), ("ppr_hops", 0),
+                          ("query_probe", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"AssoMemConfig.{name} must be an integer >= {low}, got {value!r}")

@@ -212,13 +212,22 @@ def rank(scored, q_emb: np.ndarray, model: FusionModel, temperature: float, dept
         rel = model.signals.index("relevance") if "relevance" in model.signals else 0
         key = xp.where(valid & ~fused_mask, z[:, :, rel], -np.inf)  # z-scored relevance: the same order
         others = backend.top_k(key, min(depth, width))
-        tail_key = scored.relevance
-        if scored.relevance_rows is None:  # its columns are the utterance rows: leave the candidates out
+        tail_key, tail_rows = scored.relevance, scored.relevance_rows
+        if tail_rows is not None and scored.everything is not None \
+                and bool(((tail_rows >= 0).sum(axis=1) < depth).any()):  # past what the probes reached
+            tail_key, tail_rows = scored.everything(), None
+        if tail_rows is None:  # its columns are the utterance rows: leave the candidates out
             taken = xp.zeros(tail_key.shape, bool)
             taken[xp.nonzero(valid)[0], cand[valid]] = True
-            tail_key = xp.where(taken, -np.inf, tail_key)
+        else:  # leave out the rows that are candidates: a sorted search of question · n + row among theirs
+            span = int(max(int(cand.max(initial=0)), int(tail_rows.max(initial=0)))) + 2
+            keys = (xp.arange(n_b)[:, None] * span + cand)[valid]  # ascending: candidates are, per question
+            want = xp.arange(n_b)[:, None] * span + tail_rows
+            pos = xp.minimum(xp.searchsorted(keys, want), max(len(keys) - 1, 0))
+            taken = keys[pos] == want if len(keys) else xp.zeros(want.shape, bool)
+        tail_key = xp.where(taken, -np.inf, tail_key)
         tail = backend.top_k(tail_key, min(depth, tail_key.shape[1]))
-        tail_rows = tail if scored.relevance_rows is None else xp.take_along_axis(scored.relevance_rows, tail, axis=1)
+        tail_rows = tail if tail_rows is None else xp.take_along_axis(tail_rows, tail, axis=1)
         every = xp.concatenate([head, xp.take_along_axis(cand, others, axis=1), tail_rows], axis=1)
         ok = xp.concatenate([head_ok, xp.take_along_axis(key, others, axis=1) > -np.inf,
                              xp.take_along_axis(tail_key, tail, axis=1) > -np.inf], axis=1)

@@ -61,10 +61,14 @@ class ClueState:
 
 @dataclass(frozen=True)
 class UttSearch:
-    """The inverted file a large memory's utterance pairs come from: the codebook and every utterance's probes."""
+    """The inverted file a large memory's utterance pairs (and its questions' relevance) come from: the codebook,
+    every utterance's probes and ``lists``, the lists' members and bounds (``ivf.members``)."""
 
     codebook: Codebook
     probe: np.ndarray  # (n_utt, n_probe) int32, nearest list first
+
+    def __post_init__(self):  # made with the search, as the graph's transition is: questions only read them
+        object.__setattr__(self, "lists", ivf.members(self.probe, self.codebook.n_lists))  # (members, bounds)
 
 
 @dataclass
@@ -101,18 +105,19 @@ class MemoryGraph:
     def reach(self, seeds: np.ndarray, hops: int) -> np.ndarray:
         """The nodes within ``hops`` edges of the ``seeds`` (node ids), ascending (utterance nodes first)."""
         indptr, indices = self.adjacency.indptr, self.adjacency.indices
-        seen = np.zeros(self.n_nodes, bool)
-        frontier = np.unique(seeds)
-        seen[frontier] = True
+        seen, fresh = np.zeros(self.n_nodes, bool), np.zeros(self.n_nodes, bool)
+        seen[seeds] = True
+        frontier = np.flatnonzero(seen)
         for _ in range(hops):
             starts, ends = indptr[frontier], indptr[frontier + 1]
             lengths = ends - starts
             at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
             found = indices[at]
-            frontier = np.unique(found[~seen[found]])
+            fresh[found[~seen[found]]] = True  # a mask, not a sort, makes the next frontier distinct
+            frontier = np.flatnonzero(fresh)
             if len(frontier) == 0:
                 break
-            seen[frontier] = True
+            seen[frontier], fresh[frontier] = True, False
         return np.flatnonzero(seen)
 
     def _transition(self) -> sp.csr_matrix:

@@ -108,16 +108,19 @@ def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, membe
     Of a query's members in one list only its ``k`` most similar others are kept, with every member within
     ``DOUBT`` of the k-th (float32 cannot order those): its ``k`` best pairs overall are among them, whatever the
     lists. This bounds the pairs in memories full of near-duplicates ("Thanks!"), where most members pass the radius.
-    Only the members of probed lists are sorted, so a few queries (an add) cost little beyond one pass over them.
+    Only the members of probed lists, and the queries of lists with members, are sorted, so a few queries or a few
+    members (an add) cost little beyond one pass over them.
     """
     q_rows = np.repeat(queries, probe.shape[1])
     q_lists = probe[queries].ravel()
-    n_lists = int(q_lists.max(initial=-1)) + 1
-    probed = np.zeros(n_lists + 1, bool)  # the last slot: lists no query probes
-    probed[q_lists] = True
     lists = probe[members, 0]
-    keep = probed[np.minimum(lists, n_lists)]
+    n_lists = int(max(q_lists.max(initial=-1), lists.max(initial=-1))) + 1
+    probed, held = np.zeros(n_lists, bool), np.zeros(n_lists, bool)
+    probed[q_lists], held[lists] = True, True
+    keep = probed[lists]  # members of lists no query probes, and queries of lists with no member, do nothing
     members, lists = members[keep], lists[keep]
+    keep = held[q_lists]
+    q_rows, q_lists = q_rows[keep], q_lists[keep]
     order = np.argsort(lists, kind="stable")
     members, lists = members[order], lists[order]
     q_order = np.argsort(q_lists, kind="stable")
@@ -136,3 +139,44 @@ def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, membe
         r, c = np.nonzero(sims > floor[:, None])
         rows.append(q[r].astype(np.int64)), cols.append(m[c].astype(np.int64))
     return np.concatenate(rows), np.concatenate(cols)
+
+
+def members(probe: np.ndarray, n_lists: int) -> tuple[np.ndarray, np.ndarray]:
+    """The inverted lists themselves: rows (int64) grouped by their list (``probe[:, 0]``), ascending within a list,
+    and where each list starts (n_lists + 1 bounds)."""
+    order = np.argsort(probe[:, 0], kind="stable").astype(np.int64)
+    return order, np.searchsorted(probe[order, 0], np.arange(n_lists + 1)).astype(np.int64)
+
+
+def probed_cosines(x, q, lists: np.ndarray, order, bounds: np.ndarray, xp=np):
+    """Each question's cosines to the members of the lists it probes: (B, S) rows (int64, ascending, -1 past a
+    question's members) and their cosines (float32, -inf there), S the most members any question probes.
+
+    ``x`` (n, dim) and ``q`` (B, dim) are the backend's arrays; ``lists`` (B, P) the probed lists (host, distinct
+    per question) and ``order``/``bounds`` the lists' members (``members``; ``order`` on the backend). One product
+    per list the batch probes, with the questions that probe it, as ``candidate_pairs`` does for utterances.
+    """
+    n_b, n_p = lists.shape
+    sizes = np.diff(bounds)[lists]
+    width = int(sizes.sum(axis=1).max(initial=0))
+    start = (np.cumsum(sizes, axis=1) - sizes).ravel()  # where each probed list's members start in the question's row
+    flat = lists.ravel()
+    by_list = np.argsort(flat, kind="stable")  # (question, probe) pairs grouped by list
+    blocks, where, members = [], [], []
+    for pairs in np.split(by_list, np.flatnonzero(np.diff(flat[by_list])) + 1):
+        lst = flat[pairs[0]]
+        lo, hi = int(bounds[lst]), int(bounds[lst + 1])
+        if hi > lo:
+            b = pairs // n_p
+            blocks.append((q[xp.asarray(b)] @ x[order[lo:hi]].T).ravel())
+            where.append(((b * width + start[pairs])[:, None] + np.arange(hi - lo)).ravel())
+            members.append(np.tile(np.arange(lo, hi), len(b)))
+    rows = xp.full(n_b * width, -1, np.int64)
+    cos = xp.full(n_b * width, -np.inf, np.float32)
+    if blocks:
+        at = xp.asarray(np.concatenate(where))
+        cos[at] = xp.concatenate(blocks)
+        rows[at] = order[xp.asarray(np.concatenate(members))]
+    rows, cos = rows.reshape(n_b, width), cos.reshape(n_b, width)
+    ascending = xp.argsort(xp.where(rows < 0, np.iinfo(np.int64).max, rows), axis=1)  # ties then fall to the lower row
+    return xp.take_along_axis(rows, ascending, axis=1), xp.take_along_axis(cos, ascending, axis=1)

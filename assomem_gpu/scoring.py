@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from . import ivf
 from .backend import Backend
 from .config import AssoMemConfig
 from .graph import MemoryGraph
@@ -42,14 +43,17 @@ class Queries:
 @dataclass
 class Scored:
     """A scored batch, in the backend's arrays: per question its candidates (utterance rows, ascending) and their
-    z-scored signals, padded to the widest; and its cosines to every utterance, for what follows the candidates."""
+    z-scored signals, padded to the widest; and its cosines to the utterances that follow the candidates."""
 
     candidates: Any  # (B, C) int64, -1 past counts[b]
     counts: Any  # (B,) int64
     signals: Any  # (B, C, n_signals) float64 z-scores, 0 past counts[b]
     active: Any  # (B, n_signals) bool: the signals each question has (no time constraint: no temporal signal)
-    relevance: Any  # (B, n_utt) float32 cosines, -inf where a filter excludes the utterance
-    relevance_rows: Any = None  # (B, n) the rows of relevance's columns, where they are not 0 .. n_utt − 1
+    relevance: Any  # (B, n) float32 cosines, -inf where a filter excludes the utterance (or past a row's end)
+    relevance_rows: Any = None  # (B, n) the utterance rows of relevance's columns (-1: none), where they are not
+    # 0 .. n_utt − 1 (a probed relevance: the members of the lists each question probed)
+    everything: Callable[[], Any] | None = None  # with relevance_rows: the cosines to every utterance (B, n_utt),
+    # computed when a ranking must reach past the probed ones
 
     def __len__(self) -> int:
         return len(self.counts)
@@ -58,17 +62,22 @@ class Scored:
         """The batch per question, on the host (what calibration reads)."""
         cand, counts, z, active, rel = (backend.to_host(x) for x in (self.candidates, self.counts, self.signals,
                                                                       self.active, self.relevance))
+        rows = None if self.relevance_rows is None else backend.to_host(self.relevance_rows)
         out = []
         for b in range(len(counts)):
-            rest = np.flatnonzero(rel[b] > -np.inf)
-            rest = rest[~np.isin(rest, cand[b, : counts[b]])]
-            out.append(Features(cand[b, : counts[b]], z[b, : counts[b]], active[b], rest, rel[b, rest]))
+            cols = np.flatnonzero(rel[b] > -np.inf)
+            if rows is not None:
+                cols = cols[np.argsort(rows[b, cols], kind="stable")]  # in memory order
+            rest = cols if rows is None else rows[b, cols]
+            keep = ~np.isin(rest, cand[b, : counts[b]])
+            out.append(Features(cand[b, : counts[b]], z[b, : counts[b]], active[b], rest[keep], rel[b, cols[keep]]))
         return out
 
 
 @dataclass
 class Features:
-    """One question's candidates (utterance rows) with their z-scored signals, and the rest of its memory."""
+    """One question's candidates (utterance rows) with their z-scored signals, and the rest of its memory (with a
+    probed relevance, the rest of what its lists hold)."""
 
     candidates: np.ndarray
     scores: np.ndarray  # (n_candidates, n_signals)
@@ -85,6 +94,67 @@ def score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend: 
             for lo in range(0, len(queries), step)]
 
 
+@dataclass
+class Relevance:
+    """A batch's cosines to a memory's utterances, as the stages read them: ``values`` (B, n) float32 over every
+    utterance (``rows`` None; -inf where a filter excludes one) or, probed, over the members of the IVF lists each
+    question probes (``rows`` (B, n), -1 past a question's); ``mass`` (B,) the clipped sum of ``values``."""
+
+    xp: Any  # the backend's array module
+    q: Any  # (B, dim) the questions
+    emb: Any  # (n_utt, dim) the memory's utterances
+    values: Any
+    rows: Any
+    mass: Any
+
+    def everything(self):
+        """(B, n_utt) every cosine (what ``values`` are when not probed)."""
+        return self.values if self.rows is None else self.q @ self.emb.T
+
+    def cosines(self, part, rows):
+        """(len(part), len(rows)) the cosines of questions ``part`` to utterance rows ``rows`` (host arrays; None:
+        every utterance)."""
+        part, rows = self.xp.asarray(part), None if rows is None else self.xp.asarray(rows)
+        if self.rows is None:
+            return self.values[part] if rows is None else self.values[part][:, rows]
+        return self.q[part] @ (self.emb if rows is None else self.emb[rows]).T
+
+    def of_rows(self, at):
+        """(B, C) each question's cosines to its utterance rows ``at``."""
+        if self.rows is None:
+            return self.xp.take_along_axis(self.values, at, axis=1)
+        return self.xp.matmul(self.emb[at], self.q[:, :, None])[:, :, 0]
+
+
+PROBED_SHARE = 8  # probing pays when the probed lists are at most 1/8 of the memory's lists
+
+
+def probing(g: MemoryGraph, queries: Queries, config: AssoMemConfig) -> bool:
+    """Whether relevance is computed only on the IVF lists each question probes (``config.query_probe``): in a
+    memory past ``exact_limit`` utterances (it has an inverted file) of at least ``PROBED_SHARE`` × as many lists
+    (probing 41% of a 2,500-session memory's lists costs twice the product with every utterance; 5% of a
+    25,000-session memory's, half of it), with clue nodes (the candidates are their utterances) and without a filter
+    (a filtered search keeps the exact path)."""
+    return (config.query_probe > 0 and g.search is not None and config.clues and g.n_clues > 0
+            and queries.allowed is None and PROBED_SHARE * config.query_probe <= g.search.codebook.n_lists)
+
+
+def relevance(g: MemoryGraph, q, emb, queries: Queries, allowed, config: AssoMemConfig,
+              backend: Backend) -> Relevance:
+    """The batch's relevance: probed (``probing``) or over every utterance."""
+    xp = backend.xp
+    if not probing(g, queries, config):
+        values = q @ emb.T
+        if allowed is not None:
+            values = xp.where(allowed, values, np.float32(-np.inf))
+        return Relevance(xp, q, emb, values, None, xp.maximum(values, 0.0).sum(axis=1))
+    order, bounds = g.search.lists
+    lists = ivf.probes(g.search.codebook, queries.emb, config.query_probe)
+    rows, values = ivf.probed_cosines(emb, q, lists, backend.resident(g.search, "order", 0, lambda: order), bounds,
+                                      xp)
+    return Relevance(xp, q, emb, values, rows, xp.where(rows >= 0, xp.maximum(values, 0.0), 0.0).sum(axis=1))
+
+
 def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend: Backend, stage) -> Scored:
     xp, g, n_sig = backend.xp, state.graph, len(config.signals)
     b = len(queries)
@@ -94,20 +164,19 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
     with stage("candidates"):
         q = backend.asarray(queries.emb, np.float32)
         emb = backend.resident(state.emb, "view", state.version, lambda: state.emb.view)
-        rel = q @ emb.T  # (B, n_utt)
         allowed = None if queries.allowed is None else backend.asarray(queries.allowed)
-        if allowed is not None:
-            rel = xp.where(allowed, rel, np.float32(-np.inf))
-        cand, counts = candidates(g, q, rel, allowed, config, backend)
+        rel = relevance(g, q, emb, queries, allowed, config, backend)
+        cand, counts = candidates(g, q, rel.values, rel.rows, allowed, config, backend)
     valid = xp.arange(cand.shape[1]) < counts[:, None]
     at = xp.where(valid, cand, 0)  # padding reads row 0, then counts for nothing
     signals = xp.zeros(cand.shape + (n_sig,))
     for s, name in enumerate(config.signals):
         if name == "relevance":
-            signals[:, :, s] = xp.take_along_axis(rel, at, axis=1)
+            signals[:, :, s] = rel.of_rows(at)
         elif name == "importance":
             with stage("ppr"):
-                signals[:, :, s] = xp.log(xp.maximum(importance(g, rel, at, valid, config, backend), 1e-30))
+                ppr = importance(g, rel.cosines, rel.mass, at, valid, config, backend)
+                signals[:, :, s] = xp.log(xp.maximum(ppr, 1e-30))
         elif name == "lexical":
             with stage("lexical"):
                 signals[:, :, s] = lexical(state, queries.texts, at, backend)
@@ -119,7 +188,7 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
     if "temporal" in config.signals:  # a question without a time constraint has no temporal signal
         t = config.signals.index("temporal")
         active[:, t] = xp.any(z[:, :, t] != 0, axis=1)
-    return Scored(cand, counts, z, active, rel)
+    return Scored(cand, counts, z, active, rel.values, rel.rows, None if rel.rows is None else rel.everything)
 
 
 def zscore(x, valid, xp):
@@ -131,46 +200,83 @@ def zscore(x, valid, xp):
     return xp.where(sd[:, None, :] > 1e-12, d / xp.where(sd > 1e-12, sd, 1.0)[:, None, :], 0.0)
 
 
-def candidates(g: MemoryGraph, q, rel, allowed, config: AssoMemConfig, backend: Backend):
+def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig, backend: Backend):
     """The two-step candidates of each question, (B, C) utterance rows ascending (-1 padded) and their counts: the
     utterances of the top ``top_clues`` clues, more clues (best first) until there are ``min_candidates``. A clue
     scores ``clue_mix``·cos(question, clue) + (1 − ``clue_mix``)·its best utterance's cosine (``rel``, -inf where a
-    filter excludes one; a clue with no allowed utterance is never taken)."""
+    filter excludes one; a clue with no allowed utterance is never taken).
+
+    With a probed relevance (``rel_rows``, see ``Scored``) a clue's best utterance is its best probed one; a clue
+    the probes reached none of counts as its question's least similar probed utterance (the probed lists are the
+    nearest, so what they miss is mostly less similar)."""
     xp = backend.xp
-    n_b, n_utt = rel.shape
+    n_b, n_utt = len(q), g.n_utt
     utt_clue = backend.resident(g, "utt_clue", 0, lambda: g.utt_clue)
-    if not config.clues or g.n_clues == 0:
-        take = xp.ones((n_b, n_utt), bool) if allowed is None else allowed
+    if not config.clues or g.n_clues == 0:  # every (allowed) utterance, each question's ascending
+        qb, cols = xp.nonzero(xp.ones((n_b, n_utt), bool) if allowed is None else allowed)
     else:
         clue_emb, by_clue, owning, starts, sizes = (backend.resident(g, name, 0, lambda name=name: getattr(g, name))
                                                     for name in ("clue_emb", "by_clue", "owning", "owning_starts",
                                                                  "clue_sizes"))
-        grouped = rel[:, by_clue]
+        clue_cos = q @ clue_emb.T
         best = xp.full((n_b, g.n_clues), -np.inf)  # per clue, its best utterance's cosine
         sizes = xp.broadcast_to(sizes, best.shape)
-        if len(owning):
-            best[:, owning] = xp.maximum.reduceat(grouped, starts, axis=1)
+        if rel_rows is not None:
+            seen = rel_rows >= 0
+            key = xp.arange(n_b)[:, None] * g.n_clues + utt_clue[xp.maximum(rel_rows, 0)]
+            xp.maximum.at(best.reshape(-1), key[seen], rel[seen].astype(np.float64))
+            floor = xp.where(seen, rel, np.inf).min(axis=1)
+            best = xp.where((best == -np.inf) & (sizes > 0) & (floor < np.inf)[:, None], floor[:, None], best)
+        elif len(owning):
+            best[:, owning] = xp.maximum.reduceat(rel[:, by_clue], starts, axis=1)
             if allowed is not None:
                 sizes = xp.zeros(best.shape, np.int64)
                 sizes[:, owning] = xp.add.reduceat(allowed[:, by_clue].astype(np.int64), starts, axis=1)
-        score = config.clue_mix * (q @ clue_emb.T) + (1 - config.clue_mix) * best
+        score = config.clue_mix * clue_cos + (1 - config.clue_mix) * best
         if allowed is not None:
             score = xp.where(sizes > 0, score, -np.inf)
-        order = backend.top_k(score, g.n_clues)  # every clue, best first
-        enough = (xp.cumsum(xp.take_along_axis(sizes, order, axis=1), axis=1) < config.min_candidates).sum(axis=1) + 1
-        n_take = xp.minimum(xp.maximum(enough, config.top_clues), g.n_clues)
-        chosen = xp.zeros(order.shape, bool)
-        chosen[xp.arange(n_b)[:, None], order] = xp.arange(g.n_clues) < n_take[:, None]
-        take = chosen[:, utt_clue]
+        order, n_take = _clue_order(score, sizes, config, backend)
+        width = int(n_take.max())
+        taken = xp.arange(width) < n_take[:, None]
+        rows, n = _members(g, order[:, :width][taken], backend)
+        qb = backend.repeat(xp.nonzero(taken)[0], n)
         if allowed is not None:
-            take &= allowed
-    rows, cols = xp.nonzero(take)  # row-major: each question's utterances ascending
-    counts = xp.bincount(rows, minlength=n_b)
+            keep = allowed[qb, rows]
+            qb, rows = qb[keep], rows[keep]
+        key = xp.sort(qb * n_utt + rows)  # each question's utterances ascending
+        qb, cols = key // n_utt, key % n_utt
+    counts = xp.bincount(qb, minlength=n_b)
     width = int(counts.max()) if n_b else 0
     starts_b = xp.cumsum(counts) - counts
     cand = xp.full((n_b, width), -1, np.int64)
-    cand[rows, xp.arange(len(rows)) - starts_b[rows]] = cols
+    cand[qb, xp.arange(len(qb)) - starts_b[qb]] = cols
     return cand, counts
+
+
+def _clue_order(score, sizes, config: AssoMemConfig, backend: Backend):
+    """Every clue, best first (B, n_clues), and how many each question takes: ``top_clues``, more until their
+    utterances (``sizes``) reach ``min_candidates``."""
+    xp = backend.xp
+    order = backend.top_k(score, score.shape[1])
+    enough = (xp.cumsum(xp.take_along_axis(sizes, order, axis=1), axis=1) < config.min_candidates).sum(axis=1) + 1
+    return order, xp.minimum(xp.maximum(enough, config.top_clues), score.shape[1])
+
+
+def _members(g: MemoryGraph, clues, backend: Backend):
+    """The utterance rows of the clues ``clues`` (flat), clue after clue (each clue's ascending), and how many each
+    clue has."""
+    xp = backend.xp
+    by_clue, sizes = (backend.resident(g, name, 0, lambda name=name: getattr(g, name))
+                      for name in ("by_clue", "clue_sizes"))
+    n = sizes[clues]
+    return by_clue[_spans((xp.cumsum(sizes) - sizes)[clues], n, backend)], n
+
+
+def _spans(starts, lengths, backend: Backend):
+    """The positions ``starts[i] .. starts[i] + lengths[i] − 1`` of every span, span after span."""
+    ends = backend.xp.cumsum(lengths)
+    total = int(ends[-1]) if len(lengths) else 0
+    return backend.repeat(starts - (ends - lengths), lengths) + backend.xp.arange(total)
 
 
 def teleport(cosines, n_nodes: int, xp=np, mass=None, n_utt: int | None = None):
@@ -192,48 +298,81 @@ def teleport(cosines, n_nodes: int, xp=np, mass=None, n_utt: int | None = None):
     return t.T
 
 
-def importance(g: MemoryGraph, rel, at, valid, config: AssoMemConfig, backend: Backend):
-    """PPR scores (B, C) of the utterance rows ``at`` (where ``valid``) of each question, every question in one
-    batched power iteration (a filter's -inf in ``rel`` clips to 0 like any negative cosine).
+def importance(g: MemoryGraph, cosines: Callable, mass, at, valid, config: AssoMemConfig, backend: Backend):
+    """PPR scores (B, C) of the utterance rows ``at`` (where ``valid``) of each question, by batched power
+    iteration. ``cosines(questions, rows)``: those questions' cosines to these utterance rows (None: every utterance;
+    a filter's -inf clips to 0 like any negative cosine); ``mass`` (B,): the teleport's normaliser, the clipped
+    cosine sum of every (or, with a probed relevance, every probed) utterance. PPR is linear in the teleport, so a
+    question's normaliser scales its scores alone and leaves their z-scores as they are.
 
-    ``config.ppr_hops`` = H > 0: H iterations from r = t, on the nodes within H hops of the batch's candidates. A
-    node's value after m iterations reads only nodes m hops away, so the candidates get the very values H
-    iterations over the whole graph give them (the whole graph runs instead when the neighbourhood holds more than
-    half of it); the rest of the series weighs at most d^H of the whole in L1. H = 0: the whole graph, until the
-    change is below ``tol``.
+    ``config.ppr_hops`` = H > 0: H iterations from r = t, on the nodes within H hops of the candidates. A node's
+    value after m iterations reads only nodes m hops away, so the candidates get the very values H iterations over
+    the whole graph give them; the rest of the series weighs at most d^H of the whole in L1. The batch runs in parts
+    of questions whose neighbourhoods overlap (``_neighbourhoods``); a part whose neighbourhood holds more than half
+    the graph runs on the whole graph. H = 0: the whole graph, every question at once, until the change is below
+    ``tol``.
     """
     xp = backend.xp
-    matrix, rows = g.transition, at
+    everyone = np.arange(len(at))
     if config.ppr_hops == 0:
-        tele, tol, steps = teleport(rel, g.n_nodes, xp), config.tol, config.max_iter
-    else:
-        mass, tol, steps = xp.maximum(rel, 0.0).sum(axis=1), 0.0, config.ppr_hops
-        nodes = g.reach(backend.to_host(at[valid]), config.ppr_hops)
+        tele = teleport(cosines(everyone, None), g.n_nodes, xp)
+        r, _ = backend.ppr(backend.csr(g.transition), tele, config.damping, config.tol, config.max_iter)
+        return r[at, xp.arange(len(at))[:, None]]
+    out = xp.zeros(at.shape, np.float32)
+    host_at, host_valid = backend.to_host(at), backend.to_host(valid)
+    for part, nodes in _neighbourhoods(g, host_at, host_valid, everyone, config.ppr_hops):
+        on = backend.asarray(part)
         if 2 * len(nodes) > g.n_nodes:
-            tele = teleport(rel, g.n_nodes, xp, mass)
+            matrix, rows = g.transition, at[on]
+            tele = teleport(cosines(part, None), g.n_nodes, xp, mass[on])
         else:
             n_utt = int(np.searchsorted(nodes, g.n_utt))  # utterance nodes come first
-            tele = teleport(rel[:, backend.asarray(nodes[:n_utt])], len(nodes), xp, mass, g.n_utt)
+            tele = teleport(cosines(part, nodes[:n_utt]), len(nodes), xp, mass[on], g.n_utt)
             matrix = g.transition[nodes][:, nodes]
-            rows = xp.minimum(xp.searchsorted(backend.asarray(nodes), at), len(nodes) - 1)
-    r, _ = backend.ppr(backend.csr(matrix), tele, config.damping, tol, steps)
-    return r[rows, xp.arange(len(at))[:, None]]
+            rows = xp.minimum(xp.searchsorted(backend.asarray(nodes), at[on]), len(nodes) - 1)
+        r, _ = backend.ppr(backend.csr(matrix), tele, config.damping, 0.0, config.ppr_hops)
+        out[on] = r[rows, xp.arange(len(part))[:, None]]
+    return out
+
+
+SPLIT_GAIN = 0.75  # a part of a batch is halved when its halves' neighbourhoods cost at most this share of its own
+
+
+def _neighbourhoods(g: MemoryGraph, at: np.ndarray, valid: np.ndarray, part: np.ndarray, hops: int, nodes=None):
+    """(questions, the nodes within ``hops`` of their candidates) pairs covering ``part``. A part's cost is its
+    questions × its nodes (the teleport's cosines and each PPR iteration); it is halved while its halves cost at
+    most ``SPLIT_GAIN`` of it (their neighbourhoods overlap little)."""
+    if nodes is None:
+        nodes = g.reach(at[part][valid[part]], hops)
+    if len(part) == 1:
+        return [(part, nodes)]
+    halves = part[: len(part) // 2], part[len(part) // 2 :]
+    found = [g.reach(at[h][valid[h]], hops) for h in halves]
+    split_cost = sum(len(h) * len(n) for h, n in zip(halves, found))
+    if split_cost > SPLIT_GAIN * len(part) * len(nodes):
+        return [(part, nodes)]
+    return [pair for h, n in zip(halves, found) for pair in _neighbourhoods(g, at, valid, h, hops, n)]
 
 
 def lexical(state: MemoryState, texts: list[str], at, backend: Backend):
     """BM25 scores (B, C) of the utterance rows ``at``: each candidate's weights of its question's terms times how
-    often the question holds them. The candidates' weight rows are gathered from the sparse weights (texts × terms)
-    and each nonzero finds its question's count of that term by a sorted search of ``question · n_terms + term``."""
-    xp = backend.xp
-    weights = backend.resident(state.lexical, "weights", state.version, lambda: state.lexical.weights)
-    keys, counts = (backend.asarray(x) for x in state.lexical.query_terms(texts))
-    picked = weights[at.ravel()]  # (B·C, terms) CSR
-    row = xp.repeat(xp.arange(at.size), xp.diff(picked.indptr))
-    wanted = (row // at.shape[1]) * weights.shape[1] + picked.indices
+    often the question holds them. The candidates' rows of the term counts (texts × terms, CSR) are gathered, each
+    nonzero finds its question's count of that term by a sorted search of ``question · n_terms + term``, and the
+    matches are weighted (``BM25Index.weights_of``)."""
+    xp, lex = backend.xp, state.lexical
+    data, indices, indptr, df, lengths = (
+        backend.resident(lex, name, state.version, lambda name=name: getattr(lex, name))
+        for name in ("data", "indices", "indptr", "df", "lengths"))
+    keys, times = (backend.asarray(x) for x in lex.query_terms(texts))
+    flat = at.ravel()
+    n = indptr[flat + 1] - indptr[flat]  # nonzeros of each candidate's row
+    nz = _spans(indptr[flat], n, backend)
+    row = backend.repeat(xp.arange(at.size), n)
+    wanted = (row // at.shape[1]) * len(lex.vocab) + indices[nz]
     pos = xp.minimum(xp.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-    found = keys[pos] == wanted if len(keys) else xp.zeros(len(wanted), bool)
-    part = xp.where(found, picked.data * (counts[pos] if len(keys) else 0.0), 0.0)
-    return xp.bincount(row, weights=part, minlength=at.size).astype(np.float32).reshape(at.shape)
+    hit = xp.nonzero(keys[pos] == wanted)[0] if len(keys) else xp.zeros(0, np.int64)
+    w = lex.weights_of(data[nz[hit]].astype(np.float64), df[indices[nz[hit]]], lengths[flat[row[hit]]], xp)
+    return xp.bincount(row[hit], weights=w * times[pos[hit]], minlength=at.size).astype(np.float32).reshape(at.shape)
 
 
 def temporal(state: MemoryState, queries: Queries, cand, counts, backend: Backend):

@@ -9,7 +9,6 @@ anything.
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import replace
 from itertools import compress
 from typing import Sequence
@@ -22,44 +21,11 @@ from .encode import Encoder
 from .graph import ClueState, MemoryGraph, UttSearch, assemble, build_graph, grow_graph, shrink_graph
 from .ivf import Codebook
 from .memory import MemoryBank
+from .rows import Rows
 from .signals.lexical import BM25Index
 from .signals.temporal import mentions_time, windows
 
 Turn = tuple[str, str, str]  # (utterance id, speaker, text)
-
-
-class Rows:
-    """A float32 matrix that grows by appended rows in amortised O(rows) (a buffer with doubling room)."""
-
-    def __init__(self, dim: int, data: np.ndarray | None = None):
-        self._buf = np.zeros((0, dim), np.float32) if data is None else np.array(data, np.float32, order="C")
-        self.n = len(self._buf)
-
-    @property
-    def view(self) -> np.ndarray:
-        return self._buf[: self.n]
-
-    def append(self, rows: np.ndarray) -> None:
-        k = len(rows)
-        if self.n + k > len(self._buf):
-            buf = np.empty((max(2 * self.n, self.n + k, 256), self._buf.shape[1]), np.float32)
-            buf[: self.n] = self.view
-            self._buf = buf
-        self._buf[self.n : self.n + k] = rows
-        self.n += k
-
-    def keep(self, mask: np.ndarray) -> None:
-        """Keep the rows where ``mask`` is True, in order, in place (the room stays for later appends); the rows
-        after the first removed one move up and the freed rows are zeroed, so a removed row leaves memory."""
-        edges = np.flatnonzero(np.diff(np.concatenate([[False], mask, [False]]).astype(np.int8)))
-        kept = 0
-        for start, end in zip(edges[::2].tolist(), edges[1::2].tolist()):  # runs of kept rows: block moves
-            if start != kept:  # memmove: overlapping rows move without a temporary copy
-                ctypes.memmove(self._buf[kept:].ctypes.data, self._buf[start:].ctypes.data,
-                               (end - start) * self._buf.strides[0])
-            kept += end - start
-        self._buf[kept : self.n] = 0.0
-        self.n = kept
 
 
 class MemoryState:
@@ -69,8 +35,8 @@ class MemoryState:
         self.config, self.encoder, self.dim, self.llm_cache = config, encoder, dim, llm_cache
         self.bank = MemoryBank()
         self.metadata: list[dict] = []  # per session
-        self.emb = Rows(dim)  # per utterance
-        self.clue_emb = Rows(dim)  # per session: its own clue, before merging
+        self.emb = Rows((dim,))  # per utterance
+        self.clue_emb = Rows((dim,))  # per session: its own clue, before merging
         self._full: MemoryGraph | None = None  # with clue nodes, whatever config.clues says
         self.graph: MemoryGraph | None = None  # what PPR and candidates read
         self.lexical = BM25Index() if "lexical" in config.signals else None
@@ -192,7 +158,8 @@ class MemoryState:
         bank.utt_ids, bank.utt_speakers, bank.utt_texts = list(utts["ids"]), list(utts["speakers"]), list(utts["texts"])
         bank._by_id = {sid: i for i, sid in enumerate(bank.session_ids)}
         state.metadata = [dict(m) for m in sessions["metadata"]]
-        state.emb, state.clue_emb = Rows(state.dim, arrays["utt_emb"]), Rows(state.dim, arrays["clue_emb"])
+        state.emb = Rows((state.dim,), data=arrays["utt_emb"])
+        state.clue_emb = Rows((state.dim,), data=arrays["clue_emb"])
         state.has_time = np.asarray(arrays["has_time"], bool)
         state._mentions = [None] * bank.n_utterances
         if state.lexical is not None:

@@ -6,9 +6,11 @@
 2. Top-10 agreement: on the load benchmark's 2,500-session memory (``serve_load.sessions``), the share of questions
    whose top 10 is identical to that of (exact edges, whole-graph PPR to convergence), for the IVF and for
    ``ppr_hops`` = 1 … 4.
+3. Candidates through the IVF on real dialogue (``cached_memory``): R@10 and top-10 agreement of each
+   ``query_probe`` against relevance over every utterance.
 
 ``python benchmarks/scale_agreement.py --dataset longmemeval:../shared/data/longmemeval/longmemeval_s_dev.json.gz
---output benchmarks/results/scale_agreement.json``
+--utterances 10000 --output benchmarks/results/scale_agreement.json``
 """
 from __future__ import annotations
 
@@ -24,10 +26,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from serve_load import sessions  # noqa: E402
 
-from assomem_gpu import AssoMemConfig, GraphConfig, MemoryIndex  # noqa: E402
+from assomem_gpu import AssoMemConfig, GraphConfig, MemoryIndex, Session, Utterance  # noqa: E402
 from assomem_gpu.data import load_dataset  # noqa: E402
-from assomem_gpu.encode import make_encoder  # noqa: E402
+from assomem_gpu.encode import EmbeddingCache, make_encoder  # noqa: E402
 from assomem_gpu.graph import utterance_pairs  # noqa: E402
+
+PROBES = (8, 16, 32, 64)  # query_probe values compared with 0 (relevance over every utterance)
+CACHED_LIST_SIZE = 32  # lists of the real memory: a few thousand sessions then have as many lists as 25,000
+# sessions have with the default 256, so 32 probes read the same ~5% share of the memory
 
 
 def edge_recall(x: np.ndarray, probes: list[int]) -> dict:
@@ -69,12 +75,57 @@ def agreement(n_sessions: int, encoder) -> dict:
     return out
 
 
+def cached_memory(dataset: str, encoder, limit: int) -> dict:
+    """Candidates through the IVF on real dialogue: one memory of the dataset's sessions (bank order, at most
+    ``limit``) whose turns the embedding cache already holds, searched by the questions whose evidence lies in it
+    (abstentions left out); R@10 and the share of identical top-10s against ``query_probe`` = 0 for each
+    ``query_probe``, with lists of ``CACHED_LIST_SIZE``. Which sessions are cached depends on the machine's cache:
+    the figure names how many."""
+    ds = load_dataset(dataset)
+    bank, off = ds.bank, ds.bank.offset_array
+    vecs, found = EmbeddingCache().get(encoder.name, bank.encoded_texts(), encoder.dim)
+    keep = [s for s in range(bank.n_sessions) if off[s + 1] > off[s] and found[off[s] : off[s + 1]].all()
+            and all(bank.utt_texts[i].strip() for i in range(off[s], off[s + 1]))][:limit]
+    held = np.zeros(bank.n_utterances, bool)
+    for s in keep:
+        held[off[s] : off[s + 1]] = True
+    qs = [x for x in ds.questions if len(x.evidence) and held[x.evidence].all() and not x.abstention]
+    index = MemoryIndex(encoder, AssoMemConfig(graph=GraphConfig(list_size=CACHED_LIST_SIZE)), device="cpu")
+    start = time.perf_counter()
+    index.add_sessions([Session(bank.session_ids[s], float(bank.session_dates[s]),
+                                [Utterance(bank.utt_texts[i], bank.utt_speakers[i], id=bank.utt_ids[i])
+                                 for i in range(off[s], off[s + 1])]) for s in keep], vecs[held])
+    out = {"sessions": len(keep), "utterances": int(held.sum()), "questions": len(qs),
+           "build_s": round(time.perf_counter() - start, 1), "clues": index._state.graph.n_clues,
+           "lists": index._state.graph.search.codebook.n_lists,
+           "largest_clue_utterances": int(index._state.graph.clue_sizes.max())}
+    q = encoder.encode([x.text for x in qs])
+    evidence = [set(bank.utt_ids[i] for i in x.evidence) for x in qs]
+    base = None
+    for probe in (0, *PROBES):
+        index.config = replace(index.config, query_probe=probe)
+        start = time.perf_counter()
+        hits = index.search_embeddings(q, [x.text for x in qs], k=10, question_date=[x.date for x in qs])
+        seconds = time.perf_counter() - start
+        top = [[h.utterance_id for h in hs] for hs in hits]
+        base = base or top
+        out[f"query_probe={probe}"] = {
+            "recall@10": round(float(np.mean([len(e & set(t)) / len(e) for e, t in zip(evidence, top)])), 4),
+            "top10_identical": round(sum(a == b for a, b in zip(base, top)) / len(top), 4),
+            "top10_same_set": round(sum(set(a) == set(b) for a, b in zip(base, top)) / len(top), 4),
+            "ms_per_question": round(1000 * seconds / len(top), 2)}
+        print(json.dumps({probe: out[f"query_probe={probe}"]}), flush=True)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", required=True, help="<format>:<path> whose turns the edge recall is measured on")
     p.add_argument("--utterances", type=int, nargs="+", default=[25_000])
     p.add_argument("--n-probe", type=int, nargs="+", default=[2, 4, 8])
     p.add_argument("--sessions", type=int, default=2500, help="size of the memory the top-10 agreement is taken on")
+    p.add_argument("--cached-sessions", type=int, default=5000,
+                   help="most sessions of the real memory the candidates' agreement is taken on")
     p.add_argument("--output", help="JSON results")
     args = p.parse_args()
     encoder = make_encoder()
@@ -86,6 +137,8 @@ def main() -> int:
         print(json.dumps(result["edge_recall"][-1]), flush=True)
     result["top10_agreement"] = agreement(args.sessions, encoder)
     print(json.dumps(result["top10_agreement"]))
+    result["cached_memory"] = cached_memory(args.dataset, encoder, args.cached_sessions)
+    print(json.dumps(result["cached_memory"]))
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -266,8 +266,30 @@ def test_local_importance_equals_that_many_iterations_over_the_whole_graph(hops)
     valid = np.ones(at.shape, bool)
     valid[2, 20:] = False  # a question with fewer candidates: its padding counts for nothing
     config = AssoMemConfig(ppr_hops=hops)
-    local = importance(g, rel, np.where(valid, at, 0), valid, config, get_backend("cpu"))
+    local = importance(g, lambda part, rows: rel[part] if rows is None else rel[part][:, rows],
+                       np.maximum(rel, 0).sum(axis=1),
+                       np.where(valid, at, 0), valid, config, get_backend("cpu"))
     whole, _ = personalized_pagerank(g.transition, teleport(rel, g.n_nodes), config.damping, 0.0, hops)
     for b in range(3):
         assert np.allclose(local[b, valid[b]], whole[at[b, valid[b]], b], rtol=1e-5, atol=0)
     assert len(g.reach(at[0], 1)) < g.n_nodes  # a neighbourhood is a part of the graph
+
+
+def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
+    from assomem_gpu import ivf
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(300, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    q = x[:5] + 0.3 * rng.normal(size=(5, 16)).astype(np.float32)
+    book = ivf.train(x, 20)
+    probe = ivf.probes(book, x, 2)
+    order, bounds = ivf.members(probe, book.n_lists)
+    lists = ivf.probes(book, q, 4)
+    rows, cos = ivf.probed_cosines(x, q, lists, order, bounds)
+    for b in range(5):
+        want = np.flatnonzero(np.isin(probe[:, 0], lists[b]))
+        got = rows[b][rows[b] >= 0]
+        assert sorted(got) == sorted(want) and len(got) == len(set(got))
+        assert np.allclose(cos[b][rows[b] >= 0], x[got] @ q[b], atol=1e-6)
+        assert np.all(cos[b][rows[b] < 0] == -np.inf)

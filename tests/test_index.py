@@ -278,6 +278,8 @@ def test_bad_vectors_searches_and_removes_change_nothing():
     assert fingerprint(index) == before
     with pytest.raises(ValueError):
         AssoMemConfig(damping=1.5)
+    with pytest.raises(ValueError, match="query_probe"):
+        AssoMemConfig(query_probe=-1)
     with pytest.raises(ValueError, match="clue_mode"):
         MemoryIndex(None, AssoMemConfig(), dim=8)
 
@@ -375,10 +377,12 @@ def test_default_weights_ship_with_the_package():
     assert index.fusion.coef is None  # calibrated with MiniLM: another encoder mixes the types evenly
 
 
-def test_the_device_path_ranks_like_the_cpu_path():
+@pytest.mark.parametrize("probed", [False, True])
+def test_the_device_path_ranks_like_the_cpu_path(probed):
     """The CUDA backend's code path on numpy arrays, the Numba CUDA kernel in the simulator: uploads kept per index
-    version, PPR by the library step read back every 4 iterations, a full-sort top-k. Its hits equal the CPU
-    backend's, also after writes (the kept uploads follow the version)."""
+    version, PPR by the library step read back every 4 iterations, a full-sort top-k, repeats by sorted search. Its
+    hits equal the CPU backend's, also after writes (the kept uploads follow the version); ``probed``: a memory
+    past ``exact_limit`` whose relevance goes through the IVF."""
     import dataclasses
     import functools
 
@@ -391,7 +395,10 @@ def test_the_device_path_ranks_like_the_cpu_path():
         cpu, name="cuda-like", ppr=functools.partial(personalized_pagerank, check_every=4), fused_topk=fused_topk_cuda,
         top_k=lambda s, k: np.argsort(-np.nan_to_num(s, nan=-np.inf), axis=-1, kind="stable")[..., :k], _uploads={})
     config = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3), tol=1e-9)
-    indexes = [MemoryIndex(HashingEncoder(), config, fixed_weights(config.signals), device=b) for b in (cpu, device_like)]
+    if probed:
+        config = dataclasses.replace(PROBED, query_probe=1, tol=1e-9)
+    indexes = [MemoryIndex(HashingEncoder(), config, fixed_weights(config.signals), device=b)
+               for b in (cpu, device_like)]
     questions = ["kiwi banjo last week", "violet harbor", "mango", "quartz lantern tulip"]
 
     def same_hits(**filters):
@@ -401,7 +408,8 @@ def test_the_device_path_ranks_like_the_cpu_path():
                            [h.score for q in b for h in q if h.score is not None])
 
     for ix in indexes:
-        ix.add_sessions(random_sessions(3, 12))
+        ix.add_sessions(random_sessions(3, 60 if probed else 12))
+    assert (indexes[0]._state.graph.search is not None) == probed
     same_hits()
     same_hits(sessions=["s3_1", "s3_4"])
     uploads = len(device_like._uploads)
@@ -441,3 +449,60 @@ def test_an_index_past_its_exact_limit_grows_saves_and_loads_exactly(tmp_path):
     loaded.add_sessions(more)
     fresh.add_sessions(more)
     same_search(loaded, fresh)
+
+
+PROBED = AssoMemConfig(top_clues=2, min_candidates=3,
+                       graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3, exact_limit=40, list_size=8))
+
+
+def test_probing_every_list_ranks_as_the_exact_path(monkeypatch):
+    """Past ``exact_limit`` a question's relevance is computed on the lists it probes (``query_probe``); probing
+    every list gives the exact path's candidates and rankings (scores equal to float rounding). Probing needs
+    ``PROBED_SHARE`` × as many lists as it probes."""
+    from dataclasses import replace
+
+    from assomem_gpu import scoring
+
+    index = make_index(PROBED)
+    index.add_sessions(random_sessions(3, 60))
+    g = index._state.graph
+    n_lists = g.search.codebook.n_lists
+    assert n_lists > 4
+    index.config = replace(PROBED, query_probe=n_lists)
+    question = scoring.Queries(np.ones((1, index.dim), np.float32), ["x"], np.full(1, np.nan))
+    assert not scoring.probing(g, question, index.config)  # too many lists probed for the index to pay
+    monkeypatch.setattr(scoring, "PROBED_SHARE", 1)
+    assert scoring.probing(g, question, index.config)
+    probed = results(index, k=30)
+    index.config = replace(PROBED, query_probe=0)
+    exact = results(index, k=30)
+    assert [[i for i, _ in hits] for hits in probed] == [[i for i, _ in hits] for hits in exact]
+    fused = [[s for _, s in hits if s is not None] for hits in probed]
+    assert fused[0] and all(np.allclose(a, [s for _, s in hits if s is not None], atol=1e-5)
+                            for a, hits in zip(fused, exact))
+
+
+def test_few_probes_rank_lazily_to_the_whole_memory_and_do_not_depend_on_the_batch():
+    """With one probed list a ranking still reaches every utterance when asked for that many (the rest is ranked
+    by relevance over the whole memory, computed only then), and a question's hits are the same alone or in a
+    batch (its probes are settled per question)."""
+    from dataclasses import replace
+
+    from assomem_gpu.scoring import Queries, score
+
+    index = make_index(replace(PROBED, query_probe=1))
+    index.add_sessions(random_sessions(4, 60))
+    state = index._state
+    n = state.n_utterances
+    questions = ["apple river guitar", "coffee last week", "chess sister bakery", "winter marathon"]
+    everything = index.search(questions[0], k=n)
+    assert sorted(h.utterance_id for h in everything) == sorted(state.bank.utt_ids)
+    batch = [[h.utterance_id for h in hits] for hits in index.search(questions, k=15)]
+    assert batch == [[h.utterance_id for h in index.search(q, k=15)] for q in questions]
+    emb = index.encoder.encode(questions)
+    scored = score(state, Queries(emb, questions, np.full(4, np.nan)), index.config, index.backend)[0]
+    assert scored.relevance_rows is not None and scored.relevance.shape[1] < n  # only the probed lists
+    for f, q in zip(scored.features(index.backend), emb):
+        assert not np.isin(f.rest, f.candidates).any() and np.all(np.diff(f.rest) > 0)
+        assert np.allclose(f.rest_relevance, state.emb.view[f.rest] @ q, atol=1e-6)
+        assert np.allclose(f.scores[:, 0], 0) or f.scores.shape[0] > 1  # z-scored over the candidates

@@ -6,16 +6,20 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from ..rows import Rows
+
 
 class BM25Index:
     """Okapi BM25 in Lucene's form (as bm25s scores it): idf = log(1 + (N − df + 0.5) / (df + 0.5)), term weight
     tf / (tf + k1·(1 − b + b·len / mean len)), k1 = 1.5, b = 0.75; a query's repeated tokens count each time.
 
-    Tokens come from bm25s (English stop words, Snowball stemming). Texts are appended (``add``) and removed
-    (``remove``); the scores always equal those of an index built from the texts held, and a removed text's terms
-    leave the vocabulary. A write recomputes ``weights`` (texts × terms, each term's weight in each text); a query
-    is its term counts (``query_terms``), a text's score the sum of its weights of the query's terms times their
-    counts, so scoring only reads (thread-safe) and runs on numpy/scipy or CuPy/cupyx alike (``scoring.lexical``).
+    Tokens come from bm25s (English stop words, Snowball stemming). Texts are appended (``add``, O(the texts
+    added): the term counts are an appendable CSR, document frequencies and lengths integer counts kept up to date)
+    and removed (``remove``, which rewrites them); a removed text's terms leave the vocabulary. Weights are made
+    when a search reads them, for the texts it scores (``weights_of``), so they always equal those of an index built
+    from the texts held; a query is its term counts (``query_terms``), a text's score the sum of its weights of the
+    query's terms times their counts. Scoring only reads (thread-safe) and runs on numpy/scipy or CuPy/cupyx alike
+    (``scoring.lexical``).
     """
 
     K1, B = 1.5, 0.75
@@ -26,8 +30,39 @@ class BM25Index:
 
         self._bm25s, self._stemmer = bm25s, Stemmer.Stemmer("english")
         self.vocab: dict[str, int] = {}
-        self.counts = sp.csr_matrix((0, 0), dtype=np.float32)  # (texts, terms) term frequencies
+        self._data, self._indices = Rows(dtype=np.float32), Rows(dtype=np.int64)  # the counts' CSR arrays
+        self._indptr = Rows(dtype=np.int64, data=[0])
+        self._df = Rows(dtype=np.float64)  # per term: the texts holding it
+        self._lengths = Rows(dtype=np.float64)  # per text: its tokens
+        self.total_length = 0.0  # integer-valued, so exact whatever the order of writes
         self.add(texts)
+
+    @property
+    def counts(self) -> sp.csr_matrix:
+        """(texts, terms) term frequencies (a view of the appendable buffers)."""
+        return sp.csr_matrix((self._data.view, self._indices.view, self._indptr.view),
+                             shape=(self._indptr.n - 1, len(self.vocab)))
+
+    @property
+    def data(self) -> np.ndarray:
+        """The term counts' CSR arrays: ``data`` (float32), ``indices`` (terms, int64), ``indptr`` (int64)."""
+        return self._data.view
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self._indices.view
+
+    @property
+    def indptr(self) -> np.ndarray:
+        return self._indptr.view
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self._lengths.view
+
+    @property
+    def df(self) -> np.ndarray:
+        return self._df.view
 
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
         if not texts:
@@ -44,31 +79,50 @@ class BM25Index:
                 rows.append(r)
         new = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(texts), len(self.vocab)))
         new.sum_duplicates()
-        old = self.counts
-        old = sp.csr_matrix((old.data, old.indices, old.indptr), shape=(old.shape[0], len(self.vocab)))
-        self._set(sp.vstack([old, new], format="csr"))
+        new.sort_indices()
+        self._data.append(new.data)
+        self._indices.append(new.indices.astype(np.int64))
+        self._indptr.append(self._indptr.view[-1] + new.indptr[1:].astype(np.int64))
+        self._df.grow_to(len(self.vocab))
+        np.add.at(self._df.view, new.indices, 1.0)
+        lengths = np.asarray(new.sum(axis=1), np.float64).ravel()
+        self._lengths.append(lengths)
+        self.total_length += float(lengths.sum())
 
     def remove(self, keep: np.ndarray) -> None:
         """Keep only the rows where ``keep`` is True; terms no text holds any more leave the vocabulary."""
         counts = self.counts[np.flatnonzero(keep)]
-        used = np.diff(counts.tocsc().indptr) > 0
+        df = np.diff(counts.tocsc().indptr).astype(np.float64)
+        used = df > 0
         if not used.all():
             self.vocab = {t: i for i, t in enumerate(t for t, u in zip(self.vocab, used) if u)}
-            counts = counts[:, np.flatnonzero(used)].tocsr()
-        self._set(counts)
+            counts, df = counts[:, np.flatnonzero(used)].tocsr(), df[used]
+        self._set(counts, df)
 
-    def _set(self, counts: sp.csr_matrix) -> None:
+    def _set(self, counts: sp.csr_matrix, df: np.ndarray) -> None:
         counts.sort_indices()
-        self.counts = counts
-        lengths = np.asarray(counts.sum(axis=1), dtype=np.float64).ravel()
-        n, mean = counts.shape[0], (lengths.mean() if len(lengths) and lengths.sum() > 0 else 1.0)
-        df = np.diff(counts.tocsc().indptr).astype(np.float64)
-        idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
-        tf = counts.data.astype(np.float64)
-        norm = self.K1 * (1 - self.B + self.B * np.repeat(lengths, np.diff(counts.indptr)) / mean)
-        # (texts, terms): what one occurrence of the term in a query adds to the text's score
-        self.weights = sp.csr_matrix((idf[counts.indices] * tf / (tf + norm), counts.indices, counts.indptr),
-                                     shape=counts.shape)
+        self._data = Rows(dtype=np.float32, data=counts.data)
+        self._indices = Rows(dtype=np.int64, data=counts.indices)
+        self._indptr = Rows(dtype=np.int64, data=counts.indptr)
+        self._df = Rows(dtype=np.float64, data=df)
+        lengths = np.asarray(counts.sum(axis=1), np.float64).ravel()
+        self._lengths, self.total_length = Rows(dtype=np.float64, data=lengths), float(lengths.sum())
+
+    def weights_of(self, tf, df, lengths, xp=np):
+        """What one occurrence of a term in a query adds to the score of a text of length ``lengths`` that holds it
+        ``tf`` times, the term being in ``df`` texts (float64 arrays of one shape, on ``xp``)."""
+        n = self._indptr.n - 1
+        mean = self.total_length / n if n and self.total_length > 0 else 1.0
+        idf = xp.log(1 + (n - df + 0.5) / (df + 0.5))
+        return idf * tf / (tf + self.K1 * (1 - self.B + self.B * lengths / mean))
+
+    @property
+    def weights(self) -> sp.csr_matrix:
+        """(texts, terms): what one occurrence of the term in a query adds to the text's score (every text)."""
+        counts = self.counts
+        w = self.weights_of(counts.data.astype(np.float64), self.df[counts.indices],
+                            np.repeat(self.lengths, np.diff(counts.indptr)))
+        return sp.csr_matrix((w, counts.indices, counts.indptr), shape=counts.shape)
 
     def query_terms(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The queries' terms as sorted keys ``query · n_terms + term`` (int64) with how often the query holds the
@@ -86,14 +140,16 @@ class BM25Index:
 
     def to_arrays(self) -> tuple[list[str], dict[str, np.ndarray]]:
         """The vocabulary (term of each column) and the term-count CSR arrays, for ``from_arrays``."""
-        return list(self.vocab), {"bm25_indptr": self.counts.indptr, "bm25_indices": self.counts.indices,
-                                  "bm25_data": self.counts.data}
+        counts = self.counts
+        return list(self.vocab), {"bm25_indptr": counts.indptr, "bm25_indices": counts.indices,
+                                  "bm25_data": counts.data}
 
     @classmethod
     def from_arrays(cls, vocabulary: list[str], arrays) -> "BM25Index":
         index = cls()
         index.vocab = {t: i for i, t in enumerate(vocabulary)}
         n = len(arrays["bm25_indptr"]) - 1
-        index._set(sp.csr_matrix((arrays["bm25_data"], arrays["bm25_indices"], arrays["bm25_indptr"]),
-                                 shape=(n, len(index.vocab))))
+        counts = sp.csr_matrix((arrays["bm25_data"], arrays["bm25_indices"], arrays["bm25_indptr"]),
+                               shape=(n, len(index.vocab)))
+        index._set(counts, np.diff(counts.tocsc().indptr).astype(np.float64))
         return index

@@ -1,0 +1,46 @@
+"""``Rows``: an array that grows by appended rows in amortised O(rows), for state that adds must not copy."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+
+class Rows:
+    """An array of rows of ``shape`` (() for a vector) and ``dtype`` (default float32) that grows by appended rows in
+    amortised O(rows): a buffer with doubling room, ``view`` the rows held."""
+
+    def __init__(self, shape: tuple[int, ...] = (), dtype=np.float32, data=None):
+        self._buf = np.zeros((0, *shape), dtype) if data is None else np.array(data, dtype, order="C")
+        self.n = len(self._buf)
+
+    @property
+    def view(self) -> np.ndarray:
+        return self._buf[: self.n]
+
+    def append(self, rows: np.ndarray) -> None:
+        k = len(rows)
+        if self.n + k > len(self._buf):
+            buf = np.zeros((max(2 * self.n, self.n + k, 256), *self._buf.shape[1:]), self._buf.dtype)
+            buf[: self.n] = self.view
+            self._buf = buf
+        self._buf[self.n : self.n + k] = rows
+        self.n += k
+
+    def grow_to(self, n: int) -> None:
+        """At least ``n`` rows, the new ones 0."""
+        if n > self.n:
+            self.append(np.zeros((n - self.n, *self._buf.shape[1:]), self._buf.dtype))
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep the rows where ``mask`` is True, in order, in place (the room stays for later appends); the rows
+        after the first removed one move up and the freed rows are zeroed, so a removed row leaves memory."""
+        edges = np.flatnonzero(np.diff(np.concatenate([[False], mask, [False]]).astype(np.int8)))
+        kept = 0
+        for start, end in zip(edges[::2].tolist(), edges[1::2].tolist()):  # runs of kept rows: block moves
+            if start != kept:  # memmove: overlapping rows move without a temporary copy
+                ctypes.memmove(self._buf[kept:].ctypes.data, self._buf[start:].ctypes.data,
+                               (end - start) * self._buf.strides[0])
+            kept += end - start
+        self._buf[kept : self.n] = 0
+        self.n = kept
