@@ -116,13 +116,18 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+FLOOR_BUFFER = 2**30  # bytes of one (nodes × questions) float32 buffer of the PPR floor at most
+
+
 def ppr_against_floor(backend: Backend, graph, config: AssoMemConfig, b: int = 1024) -> dict:
-    """One batched PPR of ``b`` questions over ``graph``, timed, beside its memory-bandwidth floor on a GPU: each
-    iteration reads the CSR (values and column indices, 8 B a nonzero, and the row pointers) and, per question,
-    r, the teleport and the output once (12 B a node), at the device's peak bandwidth."""
+    """One batched PPR of ``b`` questions (fewer where a float32 buffer of nodes × b would pass ``FLOOR_BUFFER``)
+    over ``graph``, timed, beside its memory-bandwidth floor on a GPU: each iteration reads the CSR (values and
+    column indices, 8 B a nonzero, and the row pointers) and, per question, r, the teleport and the output once
+    (12 B a node), at the device's peak bandwidth."""
     from .scoring import teleport
 
     xp = backend.xp
+    b = max(1, min(b, FLOOR_BUFFER // (4 * graph.n_nodes)))
     rng = np.random.default_rng(0)
     tele = teleport(backend.asarray(rng.random((b, graph.n_utt), dtype=np.float32)), graph.n_nodes, xp)
     m = backend.csr(graph.transition)

@@ -1,6 +1,7 @@
 """Lexical relevance: BM25 over one memory's utterances, kept up to date as sessions come and go."""
 from __future__ import annotations
 
+from itertools import chain
 from typing import Sequence
 
 import numpy as np
@@ -71,22 +72,29 @@ class BM25Index:
                                     show_progress=False)
 
     def add(self, texts: Sequence[str]) -> None:
-        """Append these texts (they take the next rows)."""
-        rows, cols = [], []
-        for r, tokens in enumerate(self.tokenize(texts)):
-            for t in tokens:
-                cols.append(self.vocab.setdefault(t, len(self.vocab)))
-                rows.append(r)
-        new = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(texts), len(self.vocab)))
+        """Append these texts (they take the next rows). New terms join the vocabulary in order of first use."""
+        if not texts:
+            return
+        tokens = self._bm25s.tokenize(list(texts), stopwords="en", stemmer=self._stemmer, return_ids=True,
+                                      show_progress=False)  # ids of this call's own vocabulary
+        lengths = np.fromiter((len(t) for t in tokens.ids), np.int64, len(texts))
+        flat = np.fromiter(chain.from_iterable(tokens.ids), np.int64, int(lengths.sum()))
+        name = np.empty(len(tokens.vocab), object)
+        name[list(tokens.vocab.values())] = list(tokens.vocab)
+        used, first = np.unique(flat, return_index=True)
+        ours = np.zeros(len(tokens.vocab), np.int64)
+        for i in used[np.argsort(first, kind="stable")].tolist():
+            ours[i] = self.vocab.setdefault(name[i], len(self.vocab))
+        new = sp.csr_matrix((np.ones(len(flat), np.float32), (np.repeat(np.arange(len(texts)), lengths), ours[flat])),
+                            shape=(len(texts), len(self.vocab)))
         new.sum_duplicates()
         new.sort_indices()
         self._data.append(new.data)
         self._indices.append(new.indices.astype(np.int64))
         self._indptr.append(self._indptr.view[-1] + new.indptr[1:].astype(np.int64))
         self._df.grow_to(len(self.vocab))
-        np.add.at(self._df.view, new.indices, 1.0)
-        lengths = np.asarray(new.sum(axis=1), np.float64).ravel()
-        self._lengths.append(lengths)
+        self._df.view[:] += np.bincount(new.indices, minlength=len(self.vocab))
+        self._lengths.append(lengths.astype(np.float64))
         self.total_length += float(lengths.sum())
 
     def remove(self, keep: np.ndarray) -> None:
