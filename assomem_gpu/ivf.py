@@ -162,7 +162,7 @@ def probed_cosines(x, q, lists: np.ndarray, order, bounds: np.ndarray, xp=np):
     start = (np.cumsum(sizes, axis=1) - sizes).ravel()  # where each probed list's members start in the question's row
     flat = lists.ravel()
     by_list = np.argsort(flat, kind="stable")  # (question, probe) pairs grouped by list
-    blocks, where, members = [], [], []
+    blocks, where, held = [], [], []
     for pairs in np.split(by_list, np.flatnonzero(np.diff(flat[by_list])) + 1):
         lst = flat[pairs[0]]
         lo, hi = int(bounds[lst]), int(bounds[lst + 1])
@@ -170,13 +170,13 @@ def probed_cosines(x, q, lists: np.ndarray, order, bounds: np.ndarray, xp=np):
             b = pairs // n_p
             blocks.append((q[xp.asarray(b)] @ x[order[lo:hi]].T).ravel())
             where.append(((b * width + start[pairs])[:, None] + np.arange(hi - lo)).ravel())
-            members.append(np.tile(np.arange(lo, hi), len(b)))
+            held.append(np.tile(np.arange(lo, hi), len(b)))  # positions in order of the block's members
     rows = xp.full(n_b * width, -1, np.int64)
     cos = xp.full(n_b * width, -np.inf, np.float32)
     if blocks:
         at = xp.asarray(np.concatenate(where))
         cos[at] = xp.concatenate(blocks)
-        rows[at] = order[xp.asarray(np.concatenate(members))]
+        rows[at] = order[xp.asarray(np.concatenate(held))]
     rows, cos = rows.reshape(n_b, width), cos.reshape(n_b, width)
     ascending = xp.argsort(xp.where(rows < 0, np.iinfo(np.int64).max, rows), axis=1)  # ties then fall to the lower row
     return xp.take_along_axis(rows, ascending, axis=1), xp.take_along_axis(cos, ascending, axis=1)
