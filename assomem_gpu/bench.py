@@ -8,7 +8,8 @@ text (encoding included), batch throughput for B = 1, 16, 256, 1024, time per st
 (encoding apart), removing one, save and load and the file's size, the reference's time per question and the share
 of questions whose top-10 is identical, whether the index after the writes equals a rebuild (above ``exact_limit``
 utterances, a rebuild with the index's IVF codebook, which removals keep), and the process's peak
-resident memory through the index's work (before the whole-graph PPR floor and the rebuild check). Between consecutive sizes, the growth exponent of each figure (its log-log slope against the
+resident memory, read before the whole-graph PPR floor and the rebuild check (a process-wide peak: scales run
+smallest first, so a smaller scale's floor could only raise it where it outgrew the larger scale). Between consecutive sizes, the growth exponent of each figure (its log-log slope against the
 sessions: 1 is linear). ``--output`` writes JSON (default ``out/bench_<device>.json``; the committed figures are in
 ``benchmarks/results/``).
 """

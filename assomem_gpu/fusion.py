@@ -190,8 +190,9 @@ def rank(scored, q_emb: np.ndarray, model: FusionModel, temperature: float, dept
          shares: bool = False) -> list[Ranking]:
     """Rankings of a scored batch (``scoring.Scored``) with ``model``'s weights, on the backend's arrays: the fused
     score + top-K kernel ranks the best ``min(depth, MAX_K)`` candidates, the other candidates follow by relevance,
-    then the rest of the memory by relevance. ``depth`` rows at most; ``shares``: each signal's part of each fused
-    score (``contributions``). The rankings come to the host in one copy at the end."""
+    then the rest of the memory by relevance (with a probed relevance, the rest of the question's probed lists; the
+    whole memory for a question whose lists hold fewer than ``depth``). ``depth`` rows at most; ``shares``: each
+    signal's part of each fused score (``contributions``). The rankings come to the host in one copy at the end."""
     from .kernels.fused_topk import MAX_K
 
     xp = backend.xp
@@ -213,14 +214,19 @@ def rank(scored, q_emb: np.ndarray, model: FusionModel, temperature: float, dept
         key = xp.where(valid & ~fused_mask, z[:, :, rel], -np.inf)  # z-scored relevance: the same order
         others = backend.top_k(key, min(depth, width))
         tail_key, tail_rows = scored.relevance, scored.relevance_rows
-        if tail_rows is not None and scored.everything is not None \
-                and bool(((tail_rows >= 0).sum(axis=1) < depth).any()):  # past what the probes reached
-            tail_key, tail_rows = scored.everything(), None
+        if tail_rows is not None and scored.everything is not None:
+            short = (tail_rows >= 0).sum(axis=1) < depth  # a ranking past what the question's probes reached
+            if bool(short.any()):  # those questions rank every utterance; the others their probed ones, by row
+                whole = scored.everything()
+                probed = xp.full(whole.shape, -np.inf, np.float32)
+                seen = tail_rows >= 0
+                probed[xp.nonzero(seen)[0], tail_rows[seen]] = tail_key[seen]
+                tail_key, tail_rows = xp.where(short[:, None], whole, probed), None
         if tail_rows is None:  # its columns are the utterance rows: leave the candidates out
             taken = xp.zeros(tail_key.shape, bool)
             taken[xp.nonzero(valid)[0], cand[valid]] = True
         else:  # leave out the rows that are candidates: a sorted search of question · n + row among theirs
-            span = int(max(int(cand.max(initial=0)), int(tail_rows.max(initial=0)))) + 2
+            span = max(int(cand.max()) if cand.size else 0, int(tail_rows.max()) if tail_rows.size else 0) + 2
             keys = (xp.arange(n_b)[:, None] * span + cand)[valid]  # ascending: candidates are, per question
             want = xp.arange(n_b)[:, None] * span + tail_rows
             pos = xp.minimum(xp.searchsorted(keys, want), max(len(keys) - 1, 0))

@@ -62,13 +62,17 @@ class ClueState:
 @dataclass(frozen=True)
 class UttSearch:
     """The inverted file a large memory's utterance pairs (and its questions' relevance) come from: the codebook,
-    every utterance's probes and ``lists``, the lists' members and bounds (``ivf.members``)."""
+    every utterance's probes, ``lists`` (the lists' members and bounds, ``ivf.members``) and ``held`` (the lists
+    that have members, and a codebook of their centroids, which questions probe)."""
 
     codebook: Codebook
     probe: np.ndarray  # (n_utt, n_probe) int32, nearest list first
 
     def __post_init__(self):  # made with the search, as the graph's transition is: questions only read them
-        object.__setattr__(self, "lists", ivf.members(self.probe, self.codebook.n_lists))  # (members, bounds)
+        order, bounds = ivf.members(self.probe, self.codebook.n_lists)
+        held = np.flatnonzero(np.diff(bounds) > 0)  # removals can empty a list: questions probe the others
+        object.__setattr__(self, "lists", (order, bounds))
+        object.__setattr__(self, "held", (held, Codebook(self.codebook.centroids[held], self.codebook.rows)))
 
 
 @dataclass

@@ -116,7 +116,7 @@ class Relevance:
         every utterance)."""
         part, rows = self.xp.asarray(part), None if rows is None else self.xp.asarray(rows)
         if self.rows is None:
-            return self.values[part] if rows is None else self.values[part][:, rows]
+            return self.values[part] if rows is None else self.values[part[:, None], rows]
         return self.q[part] @ (self.emb if rows is None else self.emb[rows]).T
 
     def of_rows(self, at):
@@ -149,7 +149,8 @@ def relevance(g: MemoryGraph, q, emb, queries: Queries, allowed, config: AssoMem
             values = xp.where(allowed, values, np.float32(-np.inf))
         return Relevance(xp, q, emb, values, None, xp.maximum(values, 0.0).sum(axis=1))
     order, bounds = g.search.lists
-    lists = ivf.probes(g.search.codebook, queries.emb, config.query_probe)
+    held, book = g.search.held
+    lists = held[ivf.probes(book, queries.emb, config.query_probe)]
     rows, values = ivf.probed_cosines(emb, q, lists, backend.resident(g.search, "order", 0, lambda: order), bounds,
                                       xp)
     return Relevance(xp, q, emb, values, rows, xp.where(rows >= 0, xp.maximum(values, 0.0), 0.0).sum(axis=1))
@@ -321,6 +322,8 @@ def importance(g: MemoryGraph, cosines: Callable, mass, at, valid, config: AssoM
     out = xp.zeros(at.shape, np.float32)
     host_at, host_valid = backend.to_host(at), backend.to_host(valid)
     for part, nodes in _neighbourhoods(g, host_at, host_valid, everyone, config.ppr_hops):
+        if len(nodes) == 0:  # questions without a candidate
+            continue
         on = backend.asarray(part)
         if 2 * len(nodes) > g.n_nodes:
             matrix, rows = g.transition, at[on]
@@ -335,21 +338,21 @@ def importance(g: MemoryGraph, cosines: Callable, mass, at, valid, config: AssoM
     return out
 
 
-SPLIT_GAIN = 0.75  # a part of a batch is halved when its halves' neighbourhoods cost at most this share of its own
+PART_COST = 300_000  # a part's own cost (its neighbourhood, sub-matrix and PPR call) in questions × nodes: of 0,
+# 30,000, 100,000 and 300,000, the last gave the fastest PPR at B = 16 and 256, at 2,500 and 25,000 sessions
 
 
 def _neighbourhoods(g: MemoryGraph, at: np.ndarray, valid: np.ndarray, part: np.ndarray, hops: int, nodes=None):
-    """(questions, the nodes within ``hops`` of their candidates) pairs covering ``part``. A part's cost is its
-    questions × its nodes (the teleport's cosines and each PPR iteration); it is halved while its halves cost at
-    most ``SPLIT_GAIN`` of it (their neighbourhoods overlap little)."""
+    """(questions, the nodes within ``hops`` of their candidates) pairs covering ``part``. A part costs its
+    questions × its nodes (the teleport's cosines and each PPR iteration) plus ``PART_COST``; it is halved while its
+    halves cost less than it (their neighbourhoods overlap little)."""
     if nodes is None:
         nodes = g.reach(at[part][valid[part]], hops)
     if len(part) == 1:
         return [(part, nodes)]
     halves = part[: len(part) // 2], part[len(part) // 2 :]
     found = [g.reach(at[h][valid[h]], hops) for h in halves]
-    split_cost = sum(len(h) * len(n) for h, n in zip(halves, found))
-    if split_cost > SPLIT_GAIN * len(part) * len(nodes):
+    if sum(len(h) * len(n) for h, n in zip(halves, found)) + PART_COST >= len(part) * len(nodes):
         return [(part, nodes)]
     return [pair for h, n in zip(halves, found) for pair in _neighbourhoods(g, at, valid, h, hops, n)]
 

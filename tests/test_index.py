@@ -409,7 +409,8 @@ def test_the_device_path_ranks_like_the_cpu_path(probed):
 
     for ix in indexes:
         ix.add_sessions(random_sessions(3, 60 if probed else 12))
-    assert (indexes[0]._state.graph.search is not None) == probed
+    from assomem_gpu.scoring import Queries, probing
+    assert probing(indexes[0]._state.graph, Queries(np.ones((1, 1)), [""], np.zeros(1)), config) == probed
     same_hits()
     same_hits(sessions=["s3_1", "s3_4"])
     uploads = len(device_like._uploads)
@@ -494,15 +495,36 @@ def test_few_probes_rank_lazily_to_the_whole_memory_and_do_not_depend_on_the_bat
     index.add_sessions(random_sessions(4, 60))
     state = index._state
     n = state.n_utterances
-    questions = ["apple river guitar", "coffee last week", "chess sister bakery", "winter marathon"]
+    questions = ["apple river guitar", "coffee last week", "chess sister bakery", "winter marathon",
+                 "guitar ticket last", "last marathon guitar"]
     everything = index.search(questions[0], k=n)
     assert sorted(h.utterance_id for h in everything) == sorted(state.bank.utt_ids)
-    batch = [[h.utterance_id for h in hits] for hits in index.search(questions, k=15)]
-    assert batch == [[h.utterance_id for h in index.search(q, k=15)] for q in questions]
     emb = index.encoder.encode(questions)
-    scored = score(state, Queries(emb, questions, np.full(4, np.nan)), index.config, index.backend)[0]
+    scored = score(state, Queries(emb, questions, np.full(len(questions), np.nan)), index.config, index.backend)[0]
     assert scored.relevance_rows is not None and scored.relevance.shape[1] < n  # only the probed lists
+    probed = (scored.relevance_rows >= 0).sum(axis=1)
+    assert probed.min() < probed.max()  # some ks reach past one question's lists and not past another's
+    for k in range(int(probed.min()), int(probed.max()) + 1):
+        batch = [[h.utterance_id for h in hits] for hits in index.search(questions, k=k)]
+        assert batch == [[h.utterance_id for h in index.search(q, k=k)] for q in questions]
     for f, q in zip(scored.features(index.backend), emb):
         assert not np.isin(f.rest, f.candidates).any() and np.all(np.diff(f.rest) > 0)
         assert np.allclose(f.rest_relevance, state.emb.view[f.rest] @ q, atol=1e-6)
-        assert np.allclose(f.scores[:, 0], 0) or f.scores.shape[0] > 1  # z-scored over the candidates
+
+
+def test_questions_probe_only_lists_that_hold_utterances():
+    """A removal keeps the codebook, so a list can empty out; a question near it probes the nearest lists that
+    still hold utterances."""
+    from dataclasses import replace
+
+    index = make_index(replace(PROBED, query_probe=1))
+    index.add_sessions(random_sessions(4, 60))
+    state = index._state
+    search = state.graph.search
+    members = search.lists[0][search.lists[1][3] : search.lists[1][4]]
+    sessions = np.unique(np.searchsorted(state.bank.offset_array, members, side="right") - 1)
+    index.remove_sessions([state.bank.session_ids[s] for s in sessions])
+    order, bounds = index._state.graph.search.lists
+    assert bounds[4] == bounds[3]  # list 3 is empty
+    hits = index.search_embeddings(search.codebook.centroids[3], k=5)[0]
+    assert len(hits) == 5
