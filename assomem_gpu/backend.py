@@ -55,6 +55,20 @@ class Backend:
     def to_host(self, x) -> np.ndarray:
         return x.get() if hasattr(x, "get") else np.asarray(x)
 
+    def segment_max(self, values, starts):
+        """(B, len(starts)): per row of ``values`` (B, n), the maximum of each run of columns from ``starts[i]`` to
+        the next start (ascending, the first 0, no run empty). numpy's maximum.reduceat; CuPy's reduceat takes only
+        ``add``, so on the device a scatter maximum (``maximum.at``) over each column's run."""
+        if self.name == "cpu":
+            return np.maximum.reduceat(values, starts, axis=1)
+        xp = self.xp
+        run = xp.zeros(values.shape[1], np.int64)
+        run[starts[1:]] = 1
+        key = xp.arange(len(values))[:, None] * len(starts) + xp.cumsum(run)[None, :]
+        out = xp.full((len(values), len(starts)), -np.inf, values.dtype)
+        xp.maximum.at(out.reshape(-1), key.ravel(), values.ravel())
+        return out
+
     def repeat(self, values, counts):
         """``values[i]`` ``counts[i]`` times, in order: numpy.repeat (CuPy's takes no array of counts, so on the
         device each output position finds its value by a sorted search of the counts' running sum)."""

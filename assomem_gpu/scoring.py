@@ -229,7 +229,7 @@ def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig,
             floor = xp.where(seen, rel, np.inf).min(axis=1)
             best = xp.where((best == -np.inf) & (sizes > 0) & (floor < np.inf)[:, None], floor[:, None], best)
         elif len(owning):
-            best[:, owning] = xp.maximum.reduceat(rel[:, by_clue], starts, axis=1)
+            best[:, owning] = backend.segment_max(rel[:, by_clue], starts)
             if allowed is not None:
                 sizes = xp.zeros(best.shape, np.int64)
                 sizes[:, owning] = xp.add.reduceat(allowed[:, by_clue].astype(np.int64), starts, axis=1)

@@ -103,3 +103,21 @@ def test_a_library_missing_a_symbol_is_refused_with_its_path(tmp_path, monkeypat
         assert str(lib) in reason and "assomem_kernels_cuda_runtime_version" in reason
     finally:
         cuda_lib._load.cache_clear()
+
+
+def test_the_device_forms_of_segment_max_and_repeat_equal_numpy():
+    """CuPy's reduceat takes only ``add`` and its repeat no array of counts: the device forms (run here on numpy
+    arrays) equal numpy's."""
+    import dataclasses
+
+    from assomem_gpu.backend import get_backend
+
+    cpu = get_backend("cpu")
+    device_like = dataclasses.replace(cpu, name="cuda-like")
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(3, 10)).astype(np.float32)
+    starts = np.array([0, 2, 3, 7])
+    assert np.array_equal(device_like.segment_max(values, starts), np.maximum.reduceat(values, starts, axis=1))
+    counts = np.array([2, 0, 3, 1])
+    assert np.array_equal(device_like.repeat(np.arange(4), counts), np.repeat(np.arange(4), counts))
+    assert len(device_like.repeat(np.arange(0), np.zeros(0, np.int64))) == 0
