@@ -18,8 +18,10 @@ from .encode import Encoder
 from .fusion import FusionModel, default_fusion, fit_fusion, fixed_weights, fuse
 from .graph import GraphConfig
 from .index import MemoryIndex
+from .memory import MemoryBank
 from .retrieve import EmbeddedDataset, by_memory
 from .scoring import Features, Queries
+from .state import Derived
 
 
 class AssoMem:
@@ -37,6 +39,7 @@ class AssoMem:
         self.backend = device if isinstance(device, Backend) else get_backend(device)
         self._indexes: OrderedDict[int, tuple[MemoryIndex, np.ndarray]] = OrderedDict()
         self._data: EmbeddedDataset | None = None
+        self._derived: Derived | None = None  # of the dataset's whole bank (see ``state.Derived``)
 
     @property
     def needs_calibration(self) -> bool:
@@ -49,21 +52,19 @@ class AssoMem:
     def _built(self, data: EmbeddedDataset, memory: int) -> tuple[MemoryIndex, np.ndarray]:
         """The memory's index and the bank row of each of its utterances."""
         if self._data is not data:
-            self._data, self._indexes = data, OrderedDict()
+            self._data, self._indexes, self._derived = data, OrderedDict(), None
         if memory in self._indexes:
             self._indexes.move_to_end(memory)
             return self._indexes[memory]
         ds = data.dataset
-        bank, mem = ds.bank, ds.memories[memory]
+        mem = ds.memories[memory]
         rows = ds.memory_utterances(memory)
         index = MemoryIndex(self.encoder, self.config, self.fusion or fixed_weights(self.config.signals), self.backend,
                             dated=False, dim=data.utterances.shape[1], llm_cache=True)
-        records = [(bank.session_ids[s], float(d),
-                    list(zip(bank.utt_ids[bank.offsets[s] : bank.offsets[s + 1]],
-                             bank.utt_speakers[bank.offsets[s] : bank.offsets[s + 1]],
-                             bank.utt_texts[bank.offsets[s] : bank.offsets[s + 1]])), {})
-                   for s, d in zip(mem.sessions.tolist(), mem.dates.tolist())]
-        index._add(records, data.utterances[rows])
+        if self._derived is None:  # once per dataset: memories share sessions (haystacks drawn from one pool)
+            self._derived = index._state.derive(_records(ds.bank, range(ds.bank.n_sessions)), data.utterances)
+        index._add(_records(ds.bank, mem.sessions.tolist(), mem.dates.tolist()), data.utterances[rows],
+                   derived=self._derived.select(mem.sessions, rows))
         self._indexes[memory] = index, rows
         while len(self._indexes) > self.cache:
             self._indexes.popitem(last=False)
@@ -105,6 +106,16 @@ class AssoMem:
         if self.fusion is None:
             raise RuntimeError(f"{self.name} needs fusion weights: calibrate first, or pass --weights/--fixed-weights")
         return self.fuse(self.features(data, questions), data.questions[list(questions)], self.fusion, depth)
+
+
+def _records(bank: MemoryBank, sessions: Sequence[int], dates: Sequence[float] | None = None) -> list:
+    """The bank's sessions as ``MemoryState`` records ``(id, date, turns, metadata)``; ``dates`` (a memory's) or
+    the bank's own."""
+    dates = [bank.session_dates[s] for s in sessions] if dates is None else dates
+    return [(bank.session_ids[s], float(d), list(zip(bank.utt_ids[bank.offsets[s] : bank.offsets[s + 1]],
+                                                     bank.utt_speakers[bank.offsets[s] : bank.offsets[s + 1]],
+                                                     bank.utt_texts[bank.offsets[s] : bank.offsets[s + 1]])), {})
+            for s, d in zip(sessions, dates)]
 
 
 def relevance_only(config: AssoMemConfig, **changes) -> AssoMemConfig:

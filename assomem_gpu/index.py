@@ -42,7 +42,7 @@ from .fusion import FusionModel, Ranking, default_fusion, fit_fusion, rank
 from .locking import ReadWriteLock
 from .scoring import Queries, Scored, score
 from .snapshot import SnapshotError, read as read_snapshot, write as write_snapshot
-from .state import MemoryState, Turn
+from .state import Derived, MemoryState, Turn
 
 
 @dataclass(frozen=True)
@@ -189,14 +189,14 @@ class MemoryIndex:
                 emb = self.encoder.encode([f"{s}: {t}" if s else t for r in records for _, s, t in r[2]])
             else:
                 emb = _vectors(embeddings, "embeddings", n, self.dim)
-            clue_emb = self._state.clue_vectors(records, emb)
+            derived = self._state.derive(records, emb)
         with self._lock.write():
-            self._add(records, emb, clue_emb, journal)
+            self._add(records, emb, journal=journal, derived=derived)
 
     def _add(self, records: list[tuple[str, float, list[Turn], dict]], emb: np.ndarray,
-             clue_emb: np.ndarray | None = None, journal=None) -> None:
-        """Add checked records with their utterance and clue vectors (clues made here when None); the caller holds
-        the write lock, or owns the index alone."""
+             clue_emb: np.ndarray | None = None, journal=None, derived: Derived | None = None) -> None:
+        """Add checked records with their utterance vectors, and their clue vectors or everything ``derive`` makes
+        of them (made here when None); the caller holds the write lock, or owns the index alone."""
         bank = self._state.bank
         known = set(bank.utt_ids)
         for sid, _, turns, _ in records:
@@ -205,13 +205,13 @@ class MemoryIndex:
             clash = next((u for u, _, _ in turns if u in known), None)
             if clash is not None:
                 raise ValueError(f"sessions: utterance id {clash!r} is already in the index")
-        if clue_emb is None:
-            clue_emb = self._state.clue_vectors(records, emb)
+        if derived is None:
+            derived = self._state.derive(records, emb, clue_emb)
         if journal is not None:
-            journal(records, emb, clue_emb)
+            journal(records, emb, derived.clue_emb)
         if records:
             with self._stage("add"):
-                self._state.add(records, emb, clue_emb)
+                self._state.add(records, emb, derived)
 
     def remove_sessions(self, session_ids: Iterable[str], journal: Callable[[list[str]], None] | None = None) -> None:
         """Remove these sessions; afterwards the index equals one built without them. Unknown ids raise

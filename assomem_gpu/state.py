@@ -9,7 +9,7 @@ anything.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import compress
 from typing import Sequence
 
@@ -22,10 +22,26 @@ from .graph import ClueState, MemoryGraph, UttSearch, assemble, build_graph, gro
 from .ivf import Codebook
 from .memory import MemoryBank
 from .rows import Rows
-from .signals.lexical import BM25Index
+from .signals.lexical import BM25Index, TermCounts
 from .signals.temporal import mentions_time, windows
 
 Turn = tuple[str, str, str]  # (utterance id, speaker, text)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What a write derives from its sessions' texts and vectors alone: each session's clue embedding, and each
+    utterance's time flag and BM25 term counts. No other session changes it, so a caller that builds many memories
+    of shared sessions (benchmark haystacks) derives it once per session and gives each memory its ``select``."""
+
+    clue_emb: np.ndarray  # (sessions, dim) float32
+    has_time: np.ndarray  # (utterances,) bool: holds a time expression (``signals.temporal.mentions_time``)
+    terms: TermCounts | None  # the utterances' BM25 term counts; None without the lexical signal
+
+    def select(self, sessions: np.ndarray, utterances: np.ndarray) -> "Derived":
+        """The part of these session rows and their utterance rows (of the sessions this was derived from)."""
+        return Derived(self.clue_emb[sessions], self.has_time[utterances],
+                       None if self.terms is None else self.terms.rows(utterances))
 
 
 class MemoryState:
@@ -56,34 +72,37 @@ class MemoryState:
         return self.config.graph
 
     # ---- writes --------------------------------------------------------------------------------------------------
-    def clue_vectors(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray) -> np.ndarray:
-        """The clue embedding of each of these sessions (whose utterances have the embeddings ``emb``): its clue text
-        made and embedded. It depends on the session alone, so it can be stored with the session."""
+    def derive(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray,
+               clue_emb: np.ndarray | None = None) -> "Derived":
+        """What ``add`` needs of these sessions (whose utterances have the embeddings ``emb``) beyond their rows:
+        computed before any change, without the write lock (see ``Derived``). ``clue_emb``: their clue vectors, when
+        known (made here otherwise)."""
         one = _bank(sessions)
-        texts = clue_texts(one, range(one.n_sessions), self.config.clue_mode, self.config.llm, self.llm_cache)
-        return clue_embeddings(one.offset_array, emb, texts, self.encoder)
+        if clue_emb is None:
+            texts = clue_texts(one, range(one.n_sessions), self.config.clue_mode, self.config.llm, self.llm_cache)
+            clue_emb = clue_embeddings(one.offset_array, emb, texts, self.encoder)
+        has_time = np.fromiter(map(mentions_time, one.utt_texts), bool, one.n_utterances) \
+            if "temporal" in self.config.signals else np.zeros(one.n_utterances, bool)
+        terms = self.lexical.count(one.encoded_texts()) if self.lexical is not None else None
+        return Derived(np.asarray(clue_emb, np.float32), has_time, terms)
 
     def add(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray,
-            clue_emb: np.ndarray | None = None) -> None:
+            derived: "Derived | None" = None) -> None:
         """Append sessions ``(id, date, turns, metadata)`` whose utterances have the embeddings ``emb`` (rows in
-        order) and whose clues have ``clue_emb`` (one row per session; made here when None, before any change)."""
-        if clue_emb is None:
-            clue_emb = self.clue_vectors(sessions, emb)
-        one = _bank(sessions)
-        new_texts = list(one.utt_texts)
-        has_time = np.fromiter((mentions_time(t) for t in new_texts), bool, len(new_texts)) \
-            if "temporal" in self.config.signals else np.zeros(len(new_texts), bool)
+        order); ``derived``: ``derive`` of them (made here when None, before any change)."""
+        if derived is None:
+            derived = self.derive(sessions, emb)
         # nothing below fails on valid input
         self.version += 1
         for sid, date, turns, meta in sessions:
             self.bank.add_session(sid, date, turns)
             self.metadata.append(dict(meta))
         self.emb.append(emb)
-        self.clue_emb.append(clue_emb)
-        self.has_time = np.concatenate([self.has_time, has_time])
-        self._mentions += [None] * len(new_texts)
+        self.clue_emb.append(derived.clue_emb)
+        self.has_time = np.concatenate([self.has_time, derived.has_time])
+        self._mentions += [None] * len(derived.has_time)
         if self.lexical is not None:
-            self.lexical.add(one.encoded_texts())
+            self.lexical.add_counts(derived.terms)
         if self._full is None:
             self._set_graph(build_graph(self.bank, self.emb.view, self.clue_emb.view, self.graph_config))
         else:

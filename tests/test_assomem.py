@@ -152,3 +152,29 @@ def test_bad_assomem_options_are_clear_errors(tmp_path, capsys):
     assert eval_main(["--dataset", f"longmemeval:{synthetic_lme(tmp_path)}", "--method", "assomem", "--encoder",
                       "hashing", "--damping", "1.5"]) == 2
     assert "--damping" in capsys.readouterr().err
+
+
+def test_a_benchmark_memory_equals_the_index_a_user_builds_of_its_sessions(tmp_path):
+    """AssoMem derives clues, time flags and BM25 counts once for the whole bank; each memory's index is still the
+    one ``MemoryIndex.add_sessions`` builds from that memory's sessions and dates."""
+    from assomem_gpu.data import expand_haystacks
+    from assomem_gpu.index import MemoryIndex, Session, Utterance
+
+    ds = expand_haystacks(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), 9, seed=2)
+    encoder = HashingEncoder()
+    data = EmbeddedDataset.build(ds, encoder)
+    config = AssoMemConfig(top_clues=2, min_candidates=2)
+    method = AssoMem(config, fixed_weights(config.signals), encoder)
+    bank = ds.bank
+    for m in (3, 0):
+        built = method.index(data, m)._state
+        mem = ds.memories[m]
+        user = MemoryIndex(encoder, config, fixed_weights(config.signals), dated=False)
+        user.add_sessions([Session(bank.session_ids[s], float(d), [
+            Utterance(bank.utt_texts[i], bank.utt_speakers[i], bank.utt_ids[i])
+            for i in range(bank.offsets[s], bank.offsets[s + 1])]) for s, d in zip(mem.sessions, mem.dates)],
+            data.utterances[ds.memory_utterances(m)])
+        (docs_a, arrays_a), (docs_b, arrays_b) = built.to_snapshot(), user._state.to_snapshot()
+        assert docs_a == docs_b and sorted(arrays_a) == sorted(arrays_b)
+        for name in arrays_a:
+            assert np.array_equal(arrays_a[name], arrays_b[name]), name

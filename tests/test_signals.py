@@ -128,3 +128,36 @@ def test_ppr_leaves_its_inputs_alone(ppr):
     t = np.full((6, 1), 1 / 6, np.float32)
     ppr(sp.csr_matrix(m), t, 0.85, 1e-7, 50)
     assert np.all(t == np.float32(1 / 6))
+
+
+def test_bm25_counts_selected_from_a_larger_count_equal_the_texts_added():
+    """A benchmark counts a bank's texts once and gives each memory its rows: the index is the one ``add`` makes."""
+    from assomem_gpu.signals.lexical import BM25Index
+
+    bank = ["Zebras ran past the old mill.", "", "The mill burned in May.", "apples and zebras", "tea",
+            "Mills, mills and more mills!", "the a of"]
+    rows = np.array([5, 2, 6, 0, 1])
+    chosen = [bank[i] for i in rows]
+    direct, selected = BM25Index(), BM25Index()
+    direct.add(chosen[:2]), direct.add(chosen[2:])
+    counts = direct.count(bank)
+    selected.add_counts(counts.rows(rows[:2])), selected.add_counts(counts.rows(rows[2:]))
+    assert list(direct.vocab) == list(selected.vocab) and len(direct.vocab) > 3
+    for name in ("data", "indices", "indptr", "df", "lengths"):
+        assert np.array_equal(getattr(direct, name), getattr(selected, name)), name
+    assert direct.total_length == selected.total_length
+    assert np.array_equal(direct.scores(["zebra mills", "tea in may"]), selected.scores(["zebra mills", "tea in may"]))
+    # the vocabulary's order is the texts': by the first text holding a term, then alphabetically
+    first = list(direct.vocab)
+    assert first[:2] == sorted(first[:2]) and first.index("mill") < first.index("burn")
+
+
+def test_mentions_time_searches_only_texts_with_an_expressions_cue_words():
+    from assomem_gpu.signals.temporal import _EXPRESSIONS, mentions_time
+
+    texts = ["We met last week.", "I moved in 2019.", "Call me on March 3rd", "It was two days ago",
+             "this weekend works", "nothing here", "you may want to check", "12345 steps", "Latest news today!",
+             "lastly, the past is past", "agog", "in may"]
+    for text in texts:
+        assert mentions_time(text) == any(p.search(text) is not None for p, _ in _EXPRESSIONS), text
+    assert [mentions_time(t) for t in texts[:5]] == [True] * 5 and not mentions_time("nothing here")

@@ -1,6 +1,7 @@
 """Lexical relevance: BM25 over one memory's utterances, kept up to date as sessions come and go."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import chain
 from typing import Sequence
 
@@ -8,6 +9,18 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..rows import Rows
+
+
+@dataclass(frozen=True)
+class TermCounts:
+    """Texts' term counts: ``counts`` (texts, terms) float32 CSR with sorted indices, ``terms`` the term (str) of
+    each column."""
+
+    counts: sp.csr_matrix
+    terms: np.ndarray
+
+    def rows(self, at: np.ndarray) -> "TermCounts":
+        return TermCounts(self.counts[at], self.terms)
 
 
 class BM25Index:
@@ -71,30 +84,52 @@ class BM25Index:
         return self._bm25s.tokenize(list(texts), stopwords="en", stemmer=self._stemmer, return_ids=False,
                                     show_progress=False)
 
-    def add(self, texts: Sequence[str]) -> None:
-        """Append these texts (they take the next rows). New terms join the vocabulary in order of first use."""
+    def count(self, texts: Sequence[str]) -> TermCounts:
+        """The texts' term counts (tokens as ``add`` makes them), in a vocabulary of their own."""
         if not texts:
-            return
+            return TermCounts(sp.csr_matrix((0, 0), dtype=np.float32), np.zeros(0, str))
         tokens = self._bm25s.tokenize(list(texts), stopwords="en", stemmer=self._stemmer, return_ids=True,
                                       show_progress=False)  # ids of this call's own vocabulary
         lengths = np.fromiter((len(t) for t in tokens.ids), np.int64, len(texts))
         flat = np.fromiter(chain.from_iterable(tokens.ids), np.int64, int(lengths.sum()))
-        name = np.empty(len(tokens.vocab), object)
-        name[list(tokens.vocab.values())] = list(tokens.vocab)
-        used, first = np.unique(flat, return_index=True)
-        ours = np.zeros(len(tokens.vocab), np.int64)
-        for i in used[np.argsort(first, kind="stable")].tolist():
-            ours[i] = self.vocab.setdefault(name[i], len(self.vocab))
-        new = sp.csr_matrix((np.ones(len(flat), np.float32), (np.repeat(np.arange(len(texts)), lengths), ours[flat])),
-                            shape=(len(texts), len(self.vocab)))
-        new.sum_duplicates()
-        new.sort_indices()
-        self._data.append(new.data)
-        self._indices.append(new.indices.astype(np.int64))
-        self._indptr.append(self._indptr.view[-1] + new.indptr[1:].astype(np.int64))
+        terms = np.empty(len(tokens.vocab), object)
+        terms[list(tokens.vocab.values())] = list(tokens.vocab)
+        counts = sp.csr_matrix((np.ones(len(flat), np.float32), (np.repeat(np.arange(len(texts)), lengths), flat)),
+                               shape=(len(texts), len(terms)))
+        counts.sum_duplicates()
+        counts.sort_indices()
+        return TermCounts(counts, terms.astype(str))
+
+    def add(self, texts: Sequence[str]) -> None:
+        """Append these texts (they take the next rows); see ``add_counts``."""
+        self.add_counts(self.count(texts))
+
+    def add_counts(self, new: TermCounts) -> None:
+        """Append texts given by their term counts (``count``; rows may be a selection of a larger ``count``).
+        New terms join the vocabulary by the first text holding them, then alphabetically: the vocabulary's order
+        depends on the texts alone, not on how their counts were made."""
+        counts = new.counts
+        if counts.shape[0] == 0:
+            return
+        used, first = np.unique(counts.indices, return_index=True)
+        names = new.terms[used]
+        ours = np.fromiter((self.vocab.get(t, -1) for t in names.tolist()), np.int64, len(used))
+        fresh = np.flatnonzero(ours < 0)
+        first_row = np.searchsorted(counts.indptr, first[fresh], side="right") - 1
+        for i in fresh[np.lexsort((names[fresh], first_row))].tolist():
+            ours[i] = self.vocab.setdefault(str(names[i]), len(self.vocab))
+        column = np.zeros(counts.shape[1], np.int64)
+        column[used] = ours
+        mine = sp.csr_matrix((counts.data.astype(np.float32), column[counts.indices], counts.indptr),
+                             shape=(counts.shape[0], len(self.vocab)))
+        mine.sort_indices()
+        lengths = np.asarray(mine.sum(axis=1), np.float64).ravel()  # tokens per text (integer counts: exact)
+        self._data.append(mine.data)
+        self._indices.append(mine.indices.astype(np.int64))
+        self._indptr.append(self._indptr.view[-1] + mine.indptr[1:].astype(np.int64))
         self._df.grow_to(len(self.vocab))
-        self._df.view[:] += np.bincount(new.indices, minlength=len(self.vocab))
-        self._lengths.append(lengths.astype(np.float64))
+        self._df.view[:] += np.bincount(mine.indices, minlength=len(self.vocab))
+        self._lengths.append(lengths)
         self.total_length += float(lengths.sum())
 
     def remove(self, keep: np.ndarray) -> None:

@@ -131,19 +131,19 @@ def parse_constraint(question: str, date: float) -> TimeConstraint:
     return TimeConstraint(order=order)
 
 
-_EXPRESSIONS = (_PAST, _THIS, _DAYWORD, _WEEKDAY, _ABSOLUTE, _AGO)
-# a word or digit every expression holds: a text with none of them names no time (most texts, told apart cheaply)
-_CUES = frozenset("ago last past previous this current yesterday today tonight".split() + _MONTHS.split("|")
-                  + list("0123456789"))
+# each expression with the words (or digits) it cannot match without: a text holding none of an expression's cues is
+# not searched for it (most texts hold none at all)
+_EXPRESSIONS = ((_PAST, frozenset({"last", "past", "previous"})), (_THIS, frozenset({"this", "current"})),
+                (_DAYWORD, frozenset({"yesterday", "today", "tonight", "this"})), (_WEEKDAY, frozenset({"last"})),
+                (_ABSOLUTE, frozenset(_MONTHS.split("|") + list("0123456789"))), (_AGO, frozenset({"ago"})))
 _WORD = re.compile(r"[a-z]+|[0-9]")
 
 
 def mentions_time(text: str) -> bool:
-    """Cheap pre-filter: does the text hold any expression ``windows`` could resolve? (A set lookup of its words
-    first; the expressions only where a cue word or a digit is there.)"""
-    if _CUES.isdisjoint(_WORD.findall(text.lower())):
-        return False
-    return any(p.search(text) is not None for p in _EXPRESSIONS)
+    """Does the text hold any expression ``windows`` could resolve? (Its words are looked up first; an expression
+    is searched for only where its cue words are there.)"""
+    words = set(_WORD.findall(text.lower()))
+    return any(not cues.isdisjoint(words) and p.search(text) is not None for p, cues in _EXPRESSIONS)
 
 
 def temporal_scores(constraint: TimeConstraint, when: np.ndarray, owners: np.ndarray,
