@@ -13,8 +13,8 @@ from ..rows import Rows
 
 @dataclass(frozen=True)
 class TermCounts:
-    """Texts' term counts: ``counts`` (texts, terms) float32 CSR with sorted indices, ``terms`` the term (str) of
-    each column."""
+    """Texts' term counts: ``counts`` (texts, terms) float32 CSR with sorted indices, ``terms`` the term of each
+    column (an object array of str)."""
 
     counts: sp.csr_matrix
     terms: np.ndarray
@@ -87,7 +87,7 @@ class BM25Index:
     def count(self, texts: Sequence[str]) -> TermCounts:
         """The texts' term counts (tokens as ``add`` makes them), in a vocabulary of their own."""
         if not texts:
-            return TermCounts(sp.csr_matrix((0, 0), dtype=np.float32), np.zeros(0, str))
+            return TermCounts(sp.csr_matrix((0, 0), dtype=np.float32), np.zeros(0, object))
         tokens = self._bm25s.tokenize(list(texts), stopwords="en", stemmer=self._stemmer, return_ids=True,
                                       show_progress=False)  # ids of this call's own vocabulary
         lengths = np.fromiter((len(t) for t in tokens.ids), np.int64, len(texts))
@@ -98,7 +98,7 @@ class BM25Index:
                                shape=(len(texts), len(terms)))
         counts.sum_duplicates()
         counts.sort_indices()
-        return TermCounts(counts, terms.astype(str))
+        return TermCounts(counts, terms)
 
     def add(self, texts: Sequence[str]) -> None:
         """Append these texts (they take the next rows); see ``add_counts``."""
@@ -116,8 +116,8 @@ class BM25Index:
         ours = np.fromiter((self.vocab.get(t, -1) for t in names.tolist()), np.int64, len(used))
         fresh = np.flatnonzero(ours < 0)
         first_row = np.searchsorted(counts.indptr, first[fresh], side="right") - 1
-        for i in fresh[np.lexsort((names[fresh], first_row))].tolist():
-            ours[i] = self.vocab.setdefault(str(names[i]), len(self.vocab))
+        for _, term, i in sorted(zip(first_row.tolist(), names[fresh].tolist(), fresh.tolist())):
+            ours[i] = self.vocab.setdefault(term, len(self.vocab))
         column = np.zeros(counts.shape[1], np.int64)
         column[used] = ours
         mine = sp.csr_matrix((counts.data.astype(np.float32), column[counts.indices], counts.indptr),
