@@ -38,17 +38,45 @@ def keyword_clue(texts: Sequence[str], n_terms: int = 8) -> str:
     """A session's ``n_terms`` best unigrams and bigrams (stop words removed; bigrams within an utterance) by
     (1 + log tf) · idf, where idf = −log(frequency in English) and a bigram's is its rarer word's; ties alphabetical.
     Empty when the session has no such term."""
+    return keyword_clues([texts], n_terms)[0]
+
+
+def keyword_clues(sessions: Sequence[Sequence[str]], n_terms: int = 8) -> list[str]:
+    """``keyword_clue`` of each session (a list of its utterance texts), the sessions counted and scored together:
+    Python only splits the words; counting, scoring and choosing run on arrays."""
     _, stop = _english()
-    counts: Counter[str] = Counter()
-    for text in texts:
-        words = [w for w in _TOKEN.findall(text.lower()) if w not in stop]
-        counts.update(words)
-        counts.update(map(" ".join, zip(words, words[1:])))
-    score = {}
-    for term, n in counts.items():
-        a, _, b = term.partition(" ")
-        score[term] = (1 + math.log(n)) * (max(_idf(a), _idf(b)) if b else _idf(a))
-    return ", ".join(sorted(score, key=lambda t: (-score[t], t))[:n_terms])
+    ids: dict[str, int] = {}
+    tokens, text_ends, session_ends = [], [], []
+    for texts in sessions:
+        for text in texts:
+            tokens += [ids.setdefault(w, len(ids)) for w in _TOKEN.findall(text.lower()) if w not in stop]
+            text_ends.append(len(tokens))
+        session_ends.append(len(text_ends))
+    words = list(ids)
+    tok = np.asarray(tokens, np.int64)
+    text_of = np.repeat(np.arange(len(text_ends)), np.diff(np.asarray([0] + text_ends)))
+    session_of_text = np.repeat(np.arange(len(sessions)), np.diff(np.asarray([0] + session_ends)))
+    owner = session_of_text[text_of]
+    pair = np.flatnonzero(text_of[1:] == text_of[:-1])  # bigrams: neighbours in one utterance
+    v = max(len(words), 1)
+    idf = np.asarray([_idf(w) for w in words], np.float64)
+    uni, uni_n = np.unique(owner * v + tok, return_counts=True)
+    bi, bi_n = np.unique((owner[pair] * v + tok[pair]) * v + tok[pair + 1], return_counts=True)
+    session, count = np.concatenate([uni // v, bi // (v * v)]), np.concatenate([uni_n, bi_n])
+    first, second = np.concatenate([uni % v, bi // v % v]), np.concatenate([np.full(len(uni), -1), bi % v])
+    log = np.asarray([0.0] + [math.log(n) for n in range(1, int(count.max(initial=1)) + 1)])
+    score = (1 + log[count]) * np.where(second >= 0, np.maximum(idf[first], idf[np.maximum(second, 0)]), idf[first])
+    order = np.lexsort((-score, session))
+    session, first, second, score = session[order], first[order], second[order], score[order]
+    starts = np.searchsorted(session, np.arange(len(sessions) + 1))
+    last = np.minimum(starts[:-1] + n_terms, starts[1:]) - 1  # each session's n_terms-th best term
+    floor = np.append(score, np.inf)[np.where(last >= starts[:-1], last, len(score))]  # inf: a session without terms
+    out = []
+    for s in range(len(sessions)):  # those tied at the floor are ordered by their text
+        at = range(starts[s], starts[s] + int(np.searchsorted(-score[starts[s]:starts[s + 1]], -floor[s], "right")))
+        named = sorted((-score[i], words[first[i]] + ("" if second[i] < 0 else " " + words[second[i]])) for i in at)
+        out.append(", ".join(t for _, t in named[:n_terms]))
+    return out
 
 
 @functools.lru_cache(maxsize=1 << 18)
@@ -72,7 +100,7 @@ def clue_texts(bank: MemoryBank, sessions: Sequence[int], mode: str, llm: str = 
     if mode == "centroid":
         return None
     if mode == "keywords":
-        return [keyword_clue(bank.utt_texts[bank.offsets[s] : bank.offsets[s + 1]]) for s in sessions]
+        return keyword_clues([bank.utt_texts[bank.offsets[s] : bank.offsets[s + 1]] for s in sessions])
     if mode == "llm":
         from .llm import ClueCache, llm_clues, make_llm
 

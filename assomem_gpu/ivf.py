@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .kernels.pair_select import select_pairs
+
 TRAIN_PER_LIST = 64  # k-means training rows per centroid (a seeded sample of the codebook's rows)
 ITERATIONS = 10  # k-means iterations
 DOUBT = 1e-4  # a float32 gap between centroid products below this is settled in float64
@@ -131,12 +133,8 @@ def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, membe
     for lst in np.flatnonzero((np.diff(bounds) > 0) & (np.diff(q_bounds) > 0)):
         m = members[bounds[lst] : bounds[lst + 1]]
         q = q_rows[q_bounds[lst] : q_bounds[lst + 1]]
-        sims = x[q] @ x[m].T
-        floor = np.full(len(q), radius, np.float32)
-        if k + 1 < len(m):  # k + 1: a query may be a member of the list, and its pair with itself never counts
-            kth = np.partition(sims, len(m) - k - 1, axis=1)[:, len(m) - k - 1]
-            floor = np.maximum(floor, kth - DOUBT)
-        r, c = np.nonzero(sims > floor[:, None])
+        # k + 1: a query may be a member of the list, and its pair with itself never counts
+        r, c = select_pairs(x[q] @ x[m].T, radius, k + 1, DOUBT)
         rows.append(q[r].astype(np.int64)), cols.append(m[c].astype(np.int64))
     return np.concatenate(rows), np.concatenate(cols)
 

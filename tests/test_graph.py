@@ -73,6 +73,33 @@ def test_keyword_clues_name_the_session():
     assert keyword_clue(["the and of", "it is"]) == ""  # stop words only: no clue text (the centroid stands in)
 
 
+def test_keyword_clues_of_many_sessions_are_each_sessions_own_by_the_definition():
+    """The array version against the definition written out with a Counter: same terms, scores and tie order."""
+    import math
+    import re
+    from collections import Counter
+
+    from assomem_gpu.clues import _english, _idf, keyword_clues
+
+    def by_definition(texts, n_terms=8):
+        counts = Counter()
+        for text in texts:
+            words = [w for w in re.findall(r"(?u)\b[a-zA-Z][a-zA-Z0-9'-]+\b", text.lower()) if w not in _english()[1]]
+            counts.update(words)
+            counts.update(" ".join(p) for p in zip(words, words[1:]))
+        score = {t: (1 + math.log(n)) * max(_idf(w) for w in t.split(" ")) for t, n in counts.items()}
+        return ", ".join(sorted(score, key=lambda t: (-score[t], t))[:n_terms])
+
+    rng = np.random.default_rng(5)
+    vocab = ("commute podcast zyxqv quokkas qwertz banana the and of it Lisbon lisbon flights x1 o'neil well-known "
+             "café walk walks walking").split()
+    sessions = [[" ".join(rng.choice(vocab, size=rng.integers(0, 12))) for _ in range(rng.integers(0, 4))]
+                for _ in range(300)] + [[], [""], ["the and of"]]
+    assert keyword_clues(sessions) == [by_definition(s) for s in sessions]
+    assert keyword_clues(sessions, n_terms=2) == [by_definition(s, 2) for s in sessions]
+    assert keyword_clues([]) == []
+
+
 def test_gemm_range_search_equals_faiss(monkeypatch):
     rng = np.random.default_rng(3)
     emb = unit(rng.normal(size=(300, 16)))
@@ -293,3 +320,23 @@ def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
         assert sorted(got) == sorted(want) and len(got) == len(set(got))
         assert np.allclose(cos[b][rows[b] >= 0], x[got] @ q[b], atol=1e-6)
         assert np.all(cos[b][rows[b] < 0] == -np.inf)
+
+
+def test_pair_selection_kernel_equals_partition_and_nonzero():
+    """The per-row floor (keep-th largest less a margin, at least the radius) and the pick, against numpy's own."""
+    from assomem_gpu.kernels.pair_select import select_pairs
+
+    def by_numpy(sims, radius, keep, doubt):
+        floor = np.full(len(sims), radius, np.float32)
+        if keep < sims.shape[1]:
+            kth = np.partition(sims, sims.shape[1] - keep, axis=1)[:, sims.shape[1] - keep]
+            floor = np.maximum(floor, kth - np.float32(doubt))
+        return np.nonzero(sims > floor[:, None])
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):  # rounded values: many ties, at the floor too
+        sims = (np.round(rng.normal(size=(rng.integers(0, 30), rng.integers(1, 30))), rng.integers(1, 4)) / 3)
+        sims = sims.astype(np.float32)
+        keep, radius, doubt = int(rng.integers(1, 12)), float(rng.normal() / 2), [1e-4, 0.05][trial % 2]
+        got, want = select_pairs(sims, radius, keep, doubt), by_numpy(sims, radius, keep, doubt)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), trial

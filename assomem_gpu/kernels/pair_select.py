@@ -1,0 +1,79 @@
+"""Selecting similarity pairs from a block of products (Numba): the per-row floor and the pick in one pass each.
+
+``ivf.candidate_pairs`` multiplies the queries that probe a list by the list's members (a GEMM) and keeps, per
+query, the products above ``max(radius, keep-th largest − doubt)``. With numpy that is a partition, a comparison
+and a ``nonzero`` over the whole block (three passes and two block-sized temporaries, more time than the GEMM);
+here each row finds its keep-th largest value in a buffer of ``keep`` and then picks its pairs, in parallel over
+rows.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .parallel import call_parallel
+
+
+@njit(cache=True)
+def _floor(row, radius, keep, doubt):
+    """``radius``, raised to the keep-th largest value of ``row`` less ``doubt`` when the row has more than ``keep``
+    values (float32 throughout, as numpy computes it)."""
+    n = row.shape[0]
+    if keep >= n:
+        return radius
+    top = np.empty(keep, np.float32)  # the keep largest so far, ascending
+    for j in range(keep):
+        v = row[j]
+        i = j
+        while i > 0 and top[i - 1] > v:
+            top[i] = top[i - 1]
+            i -= 1
+        top[i] = v
+    for j in range(keep, n):
+        v = row[j]
+        if v > top[0]:
+            i = 0
+            while i < keep - 1 and top[i + 1] < v:
+                top[i] = top[i + 1]
+                i += 1
+            top[i] = v
+    low = top[0] - doubt
+    return low if low > radius else radius
+
+
+@njit(parallel=True, cache=True)
+def _select(sims, radius, keep, doubt, floors, counts):
+    for r in prange(sims.shape[0]):
+        f = _floor(sims[r], radius, keep, doubt)
+        floors[r] = f
+        c = 0
+        for j in range(sims.shape[1]):
+            if sims[r, j] > f:
+                c += 1
+        counts[r] = c
+
+
+@njit(parallel=True, cache=True)
+def _gather(sims, floors, starts, rows, cols):
+    for r in prange(sims.shape[0]):
+        at = starts[r]
+        f = floors[r]
+        for j in range(sims.shape[1]):
+            if sims[r, j] > f:
+                rows[at] = r
+                cols[at] = j
+                at += 1
+
+
+def select_pairs(sims: np.ndarray, radius: float, keep: int, doubt: float) -> tuple[np.ndarray, np.ndarray]:
+    """(row, column) int64 of the entries of ``sims`` (float32, 2-d) above each row's floor: ``radius``, or the
+    row's ``keep``-th largest value less ``doubt`` where that is higher (rows of at most ``keep`` values:
+    ``radius``). In row-major order, as ``np.nonzero`` gives them. ``keep`` >= 1."""
+    sims = np.ascontiguousarray(sims, dtype=np.float32)
+    n = sims.shape[0]
+    floors, counts = np.empty(n, np.float32), np.empty(n, np.int64)
+    call_parallel(_select, sims, np.float32(radius), keep, np.float32(doubt), floors, counts)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    rows, cols = np.empty(int(starts[-1]), np.int64), np.empty(int(starts[-1]), np.int64)
+    call_parallel(_gather, sims, floors, starts[:-1], rows, cols)
+    return rows, cols
