@@ -37,7 +37,9 @@ def add_assomem_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--bin-edges", type=float, nargs="+", default=list(d.bin_edges),
                    help="quantile edges of the CMI score bins (two edges: low / medium / high)")
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
-    for name in ("temporal", "importance", "lexical"):
+    a.add_argument("--context-window", type=int, default=d.context_window,
+                   help="turns on each side of an utterance that make its context embedding")
+    for name in ("temporal", "importance", "lexical", "context"):
         a.add_argument(f"--no-{name}", action="store_true", help=f"ablation: drop the {name} signal")
     a.add_argument("--no-clues", action="store_true", help="ablation: no clue nodes; all utterances are candidates")
     a.add_argument("--fixed-weights", action="store_true", help="ablation: equal signal weights, no CMI")
@@ -63,7 +65,8 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
         return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, llm=args.llm,
                              clues=not args.no_clues, top_clues=args.top_clues, min_candidates=args.min_candidates,
                              clue_mix=args.clue_mix, damping=args.damping, ppr_hops=args.ppr_hops,
-                             query_probe=args.query_probe, temperature=args.temperature,
+                             query_probe=args.query_probe, context_window=args.context_window,
+                             temperature=args.temperature,
                              weight_temperature=args.weight_temperature, bin_edges=tuple(args.bin_edges))
     except ValueError as exc:
         raise ValueError(re.sub(r"(?:AssoMemConfig|GraphConfig)\.(\w+)",

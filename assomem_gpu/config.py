@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from .graph import GraphConfig
 
-SIGNALS = ("relevance", "importance", "temporal", "lexical")
+SIGNALS = ("relevance", "importance", "temporal", "lexical", "context")
 CLUE_MODES = ("keywords", "centroid", "llm")
 
 
@@ -28,6 +28,7 @@ class AssoMemConfig:
     ppr_hops: int = 3  # importance = this many PPR iterations, run on the nodes within as many hops of the
     # candidates (which gives the candidates the whole graph's values of those iterations); 0 = the whole graph,
     # iterated until the change is below tol
+    context_window: int = 2  # the context signal's turns on each side of an utterance (signals/context.py)
     query_probe: int = 32  # in a memory past graph.exact_limit utterances, a question's relevance is computed on the
     # members of the IVF lists of its this many nearest centroids, its candidates' and PPR neighbourhood's (0 = on
     # every utterance)
@@ -45,7 +46,7 @@ class AssoMemConfig:
         if self.clue_mode not in CLUE_MODES:
             raise ValueError(f"AssoMemConfig.clue_mode must be one of {CLUE_MODES}, got {self.clue_mode!r}")
         for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_iter", 1), ("ppr_hops", 0),
-                          ("query_probe", 0)):
+                          ("query_probe", 0), ("context_window", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"AssoMemConfig.{name} must be an integer >= {low}, got {value!r}")

@@ -74,6 +74,12 @@ class FusionModel:
     coef: np.ndarray | None = None  # logistic regression over question embeddings, classes = types
     intercept: np.ndarray | None = None
 
+    def __post_init__(self):
+        self.cmi = np.asarray(self.cmi, np.float64)
+        if self.cmi.shape != (len(self.types), len(self.signals)):
+            raise ValueError(f"FusionModel.cmi must be (types, signals) = ({len(self.types)}, {len(self.signals)}), "
+                             f"got {self.cmi.shape}")
+
     @property
     def type_weights(self) -> np.ndarray:
         z = self.cmi / self.weight_temperature

@@ -154,6 +154,14 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                 texts = ds.bank.encoded_texts()
                 graphs[("bm25", q.memory)] = BM25Index([texts[i] for i in utterances])
             col = graphs[("bm25", q.memory)].scores([q.text])[0][local]
+        elif name == "context":  # each candidate's neighbouring turns of its session, summed and normalised
+            session = ds.bank.utt_session()[utterances]
+            col = []
+            for i in local:
+                near = [j for j in range(len(utterances)) if 0 < abs(i - j) <= cfg.context_window
+                        and session[j] == session[i]]
+                ctx = data.utterances[utterances[near]].sum(axis=0) if near else np.zeros(len(q_emb), np.float32)
+                col.append(_normalise(ctx) @ q_emb)
         else:
             col = question_temporal(index._state, parse_constraint(q.text, q.date), local)  # the index's rows
         col = np.asarray(col, dtype=np.float64)

@@ -1,5 +1,5 @@
 """Signal scoring: a batch of questions against one memory's state, up to each question's candidates and their
-normalised signals (relevance, importance, temporal, lexical), padded to the batch's widest candidate list.
+normalised signals (relevance, importance, temporal, lexical, context), padded to the batch's widest candidate list.
 
 Every stage runs on the backend's arrays (``backend.xp``: numpy, or CuPy on the device, where the memory's
 embeddings, graph and BM25 weights are uploaded once per index version), so a batch stays where it is scored; only
@@ -181,7 +181,10 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
         elif name == "lexical":
             with stage("lexical"):
                 signals[:, :, s] = lexical(state, queries.texts, at, backend)
-        else:
+        elif name == "context":
+            ctx = backend.resident(state.context, "view", state.version, lambda: state.context.view)
+            signals[:, :, s] = xp.matmul(ctx[at], q[:, :, None])[:, :, 0]
+        elif name == "temporal":
             with stage("temporal"):
                 signals[:, :, s] = temporal(state, queries, cand, counts, backend)
     z = zscore(signals, valid, xp)

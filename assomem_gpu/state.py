@@ -22,6 +22,7 @@ from .graph import ClueState, MemoryGraph, UttSearch, assemble, build_graph, gro
 from .ivf import Codebook
 from .memory import MemoryBank
 from .rows import Rows
+from .signals.context import context_embeddings
 from .signals.lexical import BM25Index, TermCounts
 from .signals.temporal import mentions_time, windows
 
@@ -31,17 +32,19 @@ Turn = tuple[str, str, str]  # (utterance id, speaker, text)
 @dataclass(frozen=True)
 class Derived:
     """What a write derives from its sessions' texts and vectors alone: each session's clue embedding, and each
-    utterance's time flag and BM25 term counts. No other session changes it, so a caller that builds many memories
+    utterance's time flag, BM25 term counts and context embedding. No other session changes it, so a caller that builds many memories
     of shared sessions (benchmark haystacks) derives it once per session and gives each memory its ``select``."""
 
     clue_emb: np.ndarray  # (sessions, dim) float32
     has_time: np.ndarray  # (utterances,) bool: holds a time expression (``signals.temporal.mentions_time``)
     terms: TermCounts | None  # the utterances' BM25 term counts; None without the lexical signal
+    context: np.ndarray | None  # (utterances, dim) their context embeddings; None without the context signal
 
     def select(self, sessions: np.ndarray, utterances: np.ndarray) -> "Derived":
         """The part of these session rows and their utterance rows (of the sessions this was derived from)."""
         return Derived(self.clue_emb[sessions], self.has_time[utterances],
-                       None if self.terms is None else self.terms.rows(utterances))
+                       None if self.terms is None else self.terms.rows(utterances),
+                       None if self.context is None else self.context[utterances])
 
 
 class MemoryState:
@@ -56,6 +59,7 @@ class MemoryState:
         self._full: MemoryGraph | None = None  # with clue nodes, whatever config.clues says
         self.graph: MemoryGraph | None = None  # what PPR and candidates read
         self.lexical = BM25Index() if "lexical" in config.signals else None
+        self.context = Rows((dim,)) if "context" in config.signals else None  # per utterance (signals/context.py)
         self.has_time = np.zeros(0, bool)  # per utterance: holds a time expression
         self._mentions: list[np.ndarray | None] = []  # per utterance: times it mentions (made on first use)
         self.times = np.zeros(0, np.float64)  # per utterance: its session's date (NaN unknown)
@@ -73,7 +77,7 @@ class MemoryState:
 
     # ---- writes --------------------------------------------------------------------------------------------------
     def derive(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray,
-               clue_emb: np.ndarray | None = None) -> "Derived":
+               clue_emb: np.ndarray | None = None) -> Derived:
         """What ``add`` needs of these sessions (whose utterances have the embeddings ``emb``) beyond their rows:
         computed before any change, without the write lock (see ``Derived``). ``clue_emb``: their clue vectors, when
         known (made here otherwise)."""
@@ -84,10 +88,12 @@ class MemoryState:
         has_time = np.fromiter(map(mentions_time, one.utt_texts), bool, one.n_utterances) \
             if "temporal" in self.config.signals else np.zeros(one.n_utterances, bool)
         terms = self.lexical.count(one.encoded_texts()) if self.lexical is not None else None
-        return Derived(np.asarray(clue_emb, np.float32), has_time, terms)
+        context = context_embeddings(one.offset_array, emb, self.config.context_window) \
+            if self.context is not None else None
+        return Derived(np.asarray(clue_emb, np.float32), has_time, terms, context)
 
     def add(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray,
-            derived: "Derived | None" = None) -> None:
+            derived: Derived | None = None) -> None:
         """Append sessions ``(id, date, turns, metadata)`` whose utterances have the embeddings ``emb`` (rows in
         order); ``derived``: ``derive`` of them (made here when None, before any change)."""
         if derived is None:
@@ -103,6 +109,8 @@ class MemoryState:
         self._mentions += [None] * len(derived.has_time)
         if self.lexical is not None:
             self.lexical.add_counts(derived.terms)
+        if self.context is not None:
+            self.context.append(derived.context)
         if self._full is None:
             self._set_graph(build_graph(self.bank, self.emb.view, self.clue_emb.view, self.graph_config))
         else:
@@ -122,6 +130,8 @@ class MemoryState:
         self._mentions = list(compress(self._mentions, keep_u))
         if self.lexical is not None:
             self.lexical.remove(keep_u)
+        if self.context is not None:
+            self.context.keep(keep_u)
         if self.bank.n_sessions == 0:
             self._full = self.graph = None
             self.times = np.zeros(0, np.float64)
@@ -183,6 +193,9 @@ class MemoryState:
         state._mentions = [None] * bank.n_utterances
         if state.lexical is not None:
             state.lexical = BM25Index.from_arrays(documents["bm25_vocabulary"], arrays)
+        if state.context is not None:  # a function of the embeddings and sessions: made again, not stored
+            state.context = Rows((state.dim,), data=context_embeddings(bank.offset_array, state.emb.view,
+                                                                       config.context_window))
         if bank.n_sessions:
             clues = ClueState(arrays["clue_labels"], arrays["clue_merged"],
                               (arrays["clue_pairs_i"], arrays["clue_pairs_j"], arrays["clue_pairs_s"]))

@@ -16,7 +16,7 @@ def rows(path: Path, label_suffix: str = "") -> list[tuple[str, dict, dict, floa
 
 def table(prefix: str) -> str:
     entries = rows(RESULTS / f"{prefix}_methods.json")
-    for ablation in ("no-temporal", "no-importance", "no-lexical", "no-clues", "fixed-weights"):
+    for ablation in ("no-temporal", "no-importance", "no-lexical", "no-context", "no-clues", "fixed-weights"):
         path = RESULTS / f"{prefix}_{ablation}.json"
         if path.exists():
             entries += rows(path, f" --{ablation}")

@@ -12,7 +12,7 @@ run() { python -m assomem_gpu.eval --quiet "$@"; }
 for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
   set -- $pair
   run --dataset "$2" --method "$METHODS" --output "$OUT/$1_methods.json" --plot "$OUT/plots/$1"
-  for ablation in no-temporal no-importance no-lexical no-clues fixed-weights; do
+  for ablation in no-temporal no-importance no-lexical no-context no-clues fixed-weights; do
     run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json"
   done
 done

@@ -44,8 +44,8 @@ def synthetic_lme(tmp_path, n=12):
 
 def test_assomem_ranks_evidence_first_and_covers_memory(tmp_path, minilm):
     data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), minilm)
-    method = AssoMem(AssoMemConfig(top_clues=2, min_candidates=2), fixed_weights(("relevance", "importance",
-                                                                                    "temporal", "lexical")), minilm)
+    config = AssoMemConfig(top_clues=2, min_candidates=2)
+    method = AssoMem(config, fixed_weights(config.signals), minilm)
     qs = list(range(len(data.dataset.questions)))
     rankings = method.rank(data, qs, depth=50)
     hits = 0

@@ -66,7 +66,7 @@ def test_top10_matches_reference_on_real_memories():
     data = EmbeddedDataset.build(load_dataset(f"longmemeval:{LME}", limit=4, seed=7), enc)
     rng = np.random.default_rng(0)
     types = sorted({q.type for q in data.dataset.questions})
-    fusion = FusionModel(list(SIGNALS), types, rng.random((len(types), 4)), 0.2,
+    fusion = FusionModel(list(SIGNALS), types, rng.random((len(types), len(SIGNALS))), 0.2,
                          rng.normal(size=(len(types), 256)).astype(np.float32), np.zeros(len(types), np.float32))
     method = AssoMem(AssoMemConfig(), fusion, enc)
     fast = method.rank(data, [0, 1, 2, 3], depth=10)

@@ -161,3 +161,21 @@ def test_mentions_time_searches_only_texts_with_an_expressions_cue_words():
     for text in texts:
         assert mentions_time(text) == any(p.search(text) is not None for p, _ in _EXPRESSIONS), text
     assert [mentions_time(t) for t in texts[:5]] == [True] * 5 and not mentions_time("nothing here")
+
+
+@pytest.mark.parametrize("window", [1, 2, 5])
+def test_context_embeddings_sum_the_neighbouring_turns_of_the_same_session(window):
+    from assomem_gpu.signals.context import context_embeddings
+
+    rng = np.random.default_rng(window)
+    offsets = np.array([0, 3, 4, 4, 9])  # sessions of 3, 1, 0 and 5 turns
+    emb = rng.normal(size=(9, 6)).astype(np.float32)
+    got = context_embeddings(offsets, emb, window)
+    session = np.repeat(np.arange(4), np.diff(offsets))
+    for i in range(9):
+        near = [j for j in range(9) if 0 < abs(i - j) <= window and session[j] == session[i]]
+        want = emb[near].sum(axis=0) if near else np.zeros(6)
+        want = want / max(np.linalg.norm(want), 1e-12)
+        np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-6)
+    assert not got[3].any()  # alone in its session: no context
+    assert context_embeddings(np.array([0]), np.zeros((0, 6), np.float32), window).shape == (0, 6)
