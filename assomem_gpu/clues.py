@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -61,9 +60,12 @@ def keyword_clues(sessions: Sequence[Sequence[str]], n_terms: int = 8) -> list[s
     v = max(len(words), 1)
     idf = np.asarray([_idf(w) for w in words], np.float64)
     uni, uni_n = np.unique(owner * v + tok, return_counts=True)
-    bi, bi_n = np.unique((owner[pair] * v + tok[pair]) * v + tok[pair + 1], return_counts=True)
-    session, count = np.concatenate([uni // v, bi // (v * v)]), np.concatenate([uni_n, bi_n])
-    first, second = np.concatenate([uni % v, bi // v % v]), np.concatenate([np.full(len(uni), -1), bi % v])
+    pairs, pair_id = np.unique(tok[pair] * v + tok[pair + 1], return_inverse=True)  # each distinct bigram once
+    bi, bi_n = np.unique(owner[pair] * max(len(pairs), 1) + pair_id, return_counts=True)  # keys < sessions · pairs
+    bigram = pairs[bi % max(len(pairs), 1)]
+    session = np.concatenate([uni // v, bi // max(len(pairs), 1)])
+    count = np.concatenate([uni_n, bi_n])
+    first, second = np.concatenate([uni % v, bigram // v]), np.concatenate([np.full(len(uni), -1), bigram % v])
     log = np.asarray([0.0] + [math.log(n) for n in range(1, int(count.max(initial=1)) + 1)])
     score = (1 + log[count]) * np.where(second >= 0, np.maximum(idf[first], idf[np.maximum(second, 0)]), idf[first])
     order = np.lexsort((-score, session))

@@ -12,8 +12,9 @@ Every write leaves the index equal to one built from scratch from the sessions i
 mentions), and bad input raises ``ValueError`` / ``TypeError`` naming the field before anything changes.
 
 Concurrency: searches may run in parallel threads; ``add_sessions``, ``remove_sessions`` and ``calibrate`` are
-exclusive (a readers–writer lock; a waiting write holds back new searches). Utterances are encoded outside the lock,
-a session's clue (one short text, or an LLM call in the ``llm`` clue mode) inside it. A search changes nothing but
+exclusive (a readers–writer lock; a waiting write holds back new searches). Utterances are encoded, and a session's
+clue, BM25 counts, time flags and context embeddings made (``MemoryState.derive``), outside the lock; only the
+index's own update runs inside it. A search changes nothing but
 a cache of the times an utterance mentions, which it fills on first use (the same value whoever fills it).
 
 Equality with a fresh build holds for the same vectors: an encoder that rounds a text differently in another batch

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .kernels.pair_select import select_pairs
-
 TRAIN_PER_LIST = 64  # k-means training rows per centroid (a seeded sample of the codebook's rows)
 ITERATIONS = 10  # k-means iterations
 DOUBT = 1e-4  # a float32 gap between centroid products below this is settled in float64
@@ -129,6 +127,8 @@ def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, membe
     q_rows, q_lists = q_rows[q_order], q_lists[q_order]
     bounds = np.searchsorted(lists, np.arange(n_lists + 1))
     q_bounds = np.searchsorted(q_lists, np.arange(n_lists + 1))
+    from .kernels.pair_select import select_pairs  # Numba loads on the first search, not on import
+
     rows, cols = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for lst in np.flatnonzero((np.diff(bounds) > 0) & (np.diff(q_bounds) > 0)):
         m = members[bounds[lst] : bounds[lst + 1]]

@@ -123,7 +123,19 @@ class Relevance:
         """(B, C) each question's cosines to its utterance rows ``at``."""
         if self.rows is None:
             return self.xp.take_along_axis(self.values, at, axis=1)
-        return self.xp.matmul(self.emb[at], self.q[:, :, None])[:, :, 0]
+        return cosines_of_rows(self.emb, self.q, at, self.xp)
+
+
+GATHER_BUDGET = 1 << 25  # floats: the rows one part of a batch gathers (128 MiB)
+
+
+def cosines_of_rows(vectors, q, at, xp):
+    """(B, C) each question's cosines to its rows ``at`` (B, C) of ``vectors`` (n, dim): the rows gathered for a
+    part of the questions at a time, at most ``GATHER_BUDGET`` floats."""
+    step = max(1, GATHER_BUDGET // max(at.shape[1] * vectors.shape[1], 1))
+    parts = [xp.matmul(vectors[at[lo : lo + step]], q[lo : lo + step, :, None])[:, :, 0]
+             for lo in range(0, len(at), step)]
+    return xp.concatenate(parts) if parts else xp.zeros(at.shape, np.float32)
 
 
 PROBED_SHARE = 8  # probing pays when the probed lists are at most 1/8 of the memory's lists
@@ -182,8 +194,9 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             with stage("lexical"):
                 signals[:, :, s] = lexical(state, queries.texts, at, backend)
         elif name == "context":
-            ctx = backend.resident(state.context, "view", state.version, lambda: state.context.view)
-            signals[:, :, s] = xp.matmul(ctx[at], q[:, :, None])[:, :, 0]
+            with stage("context"):
+                ctx = backend.resident(state.context, "view", state.version, lambda: state.context.view)
+                signals[:, :, s] = cosines_of_rows(ctx, q, at, xp)
         elif name == "temporal":
             with stage("temporal"):
                 signals[:, :, s] = temporal(state, queries, cand, counts, backend)

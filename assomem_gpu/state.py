@@ -32,8 +32,10 @@ Turn = tuple[str, str, str]  # (utterance id, speaker, text)
 @dataclass(frozen=True)
 class Derived:
     """What a write derives from its sessions' texts and vectors alone: each session's clue embedding, and each
-    utterance's time flag, BM25 term counts and context embedding. No other session changes it, so a caller that builds many memories
-    of shared sessions (benchmark haystacks) derives it once per session and gives each memory its ``select``."""
+    utterance's time flag, BM25 term counts and context embedding. No other session changes it, so a caller that
+    builds many memories of shared sessions (benchmark haystacks) derives it once per session and gives each memory
+    its ``select`` (the same index as a build of the memory's sessions, for an encoder that embeds a clue text alike
+    in any batch)."""
 
     clue_emb: np.ndarray  # (sessions, dim) float32
     has_time: np.ndarray  # (utterances,) bool: holds a time expression (``signals.temporal.mentions_time``)

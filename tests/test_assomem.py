@@ -176,5 +176,6 @@ def test_a_benchmark_memory_equals_the_index_a_user_builds_of_its_sessions(tmp_p
             data.utterances[ds.memory_utterances(m)])
         (docs_a, arrays_a), (docs_b, arrays_b) = built.to_snapshot(), user._state.to_snapshot()
         assert docs_a == docs_b and sorted(arrays_a) == sorted(arrays_b)
+        assert np.array_equal(built.context.view, user._state.context.view)  # made again on load, not saved
         for name in arrays_a:
             assert np.array_equal(arrays_a[name], arrays_b[name]), name

@@ -13,6 +13,8 @@ from numba import njit, prange
 
 from .parallel import call_parallel
 
+MAX_KEEP = 64  # above this many values per row's buffer, select_pairs partitions with numpy
+
 
 @njit(cache=True)
 def _floor(row, radius, keep, doubt):
@@ -70,6 +72,13 @@ def select_pairs(sims: np.ndarray, radius: float, keep: int, doubt: float) -> tu
     row's ``keep``-th largest value less ``doubt`` where that is higher (rows of at most ``keep`` values:
     ``radius``). In row-major order, as ``np.nonzero`` gives them. ``keep`` >= 1."""
     sims = np.ascontiguousarray(sims, dtype=np.float32)
+    if keep > MAX_KEEP:  # the buffer's insertions cost O(keep) each: numpy's partition wins
+        floor = np.full(len(sims), radius, np.float32)
+        if keep < sims.shape[1]:
+            kth = np.partition(sims, sims.shape[1] - keep, axis=1)[:, sims.shape[1] - keep]
+            floor = np.maximum(floor, kth - np.float32(doubt))
+        rows, cols = np.nonzero(sims > floor[:, None])
+        return rows.astype(np.int64), cols.astype(np.int64)
     n = sims.shape[0]
     floors, counts = np.empty(n, np.float32), np.empty(n, np.int64)
     call_parallel(_select, sims, np.float32(radius), keep, np.float32(doubt), floors, counts)

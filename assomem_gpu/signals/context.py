@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def context_embeddings(offsets: np.ndarray, emb: np.ndarray, window: int = 1) -> np.ndarray:
+def context_embeddings(offsets: np.ndarray, emb: np.ndarray, window: int) -> np.ndarray:
     """(n_utt, dim) float32: each utterance's context embedding (see the module docstring). ``offsets``: where each
     session's rows start (n_sessions + 1, the last the row count); ``emb`` (n_utt, dim) its utterances' embeddings."""
     emb = np.asarray(emb, np.float32)
