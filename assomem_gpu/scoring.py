@@ -18,6 +18,7 @@ from . import ivf
 from .backend import Backend
 from .config import AssoMemConfig
 from .graph import MemoryGraph
+from .signals.context import context_scores
 from .signals.temporal import TimeConstraint, parse_constraint, temporal_scores
 from .state import MemoryState
 
@@ -195,8 +196,9 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
                 signals[:, :, s] = lexical(state, queries.texts, at, backend)
         elif name == "context":
             with stage("context"):
-                ctx = backend.resident(state.context, "view", state.version, lambda: state.context.view)
-                signals[:, :, s] = cosines_of_rows(ctx, q, at, xp)
+                norms = backend.resident(state.context, "view", state.version, lambda: state.context.view)
+                session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
+                signals[:, :, s] = context_scores(rel.of_rows, at, session, norms, config.context_window, xp)
         elif name == "temporal":
             with stage("temporal"):
                 signals[:, :, s] = temporal(state, queries, cand, counts, backend)

@@ -22,7 +22,7 @@ from .graph import ClueState, MemoryGraph, UttSearch, assemble, build_graph, gro
 from .ivf import Codebook
 from .memory import MemoryBank
 from .rows import Rows
-from .signals.context import context_embeddings
+from .signals.context import context_norms
 from .signals.lexical import BM25Index, TermCounts
 from .signals.temporal import mentions_time, windows
 
@@ -32,7 +32,7 @@ Turn = tuple[str, str, str]  # (utterance id, speaker, text)
 @dataclass(frozen=True)
 class Derived:
     """What a write derives from its sessions' texts and vectors alone: each session's clue embedding, and each
-    utterance's time flag, BM25 term counts and context embedding. No other session changes it, so a caller that
+    utterance's time flag, BM25 term counts and context norm. No other session changes it, so a caller that
     builds many memories of shared sessions (benchmark haystacks) derives it once per session and gives each memory
     its ``select`` (the same index as a build of the memory's sessions, for an encoder that embeds a clue text alike
     in any batch)."""
@@ -40,7 +40,7 @@ class Derived:
     clue_emb: np.ndarray  # (sessions, dim) float32
     has_time: np.ndarray  # (utterances,) bool: holds a time expression (``signals.temporal.mentions_time``)
     terms: TermCounts | None  # the utterances' BM25 term counts; None without the lexical signal
-    context: np.ndarray | None  # (utterances, dim) their context embeddings; None without the context signal
+    context: np.ndarray | None  # (utterances,) their context norms (signals/context.py); None without the signal
 
     def select(self, sessions: np.ndarray, utterances: np.ndarray) -> "Derived":
         """The part of these session rows and their utterance rows (of the sessions this was derived from)."""
@@ -61,10 +61,12 @@ class MemoryState:
         self._full: MemoryGraph | None = None  # with clue nodes, whatever config.clues says
         self.graph: MemoryGraph | None = None  # what PPR and candidates read
         self.lexical = BM25Index() if "lexical" in config.signals else None
-        self.context = Rows((dim,)) if "context" in config.signals else None  # per utterance (signals/context.py)
+        self.context = Rows(dtype=np.float32) if "context" in config.signals else None  # per utterance: its context
+        # norm (signals/context.py)
         self.has_time = np.zeros(0, bool)  # per utterance: holds a time expression
         self._mentions: list[np.ndarray | None] = []  # per utterance: times it mentions (made on first use)
         self.times = np.zeros(0, np.float64)  # per utterance: its session's date (NaN unknown)
+        self.session_of = np.zeros(0, np.int64)  # per utterance: its session's row
         self.version = 0  # counts the writes: device copies of the embeddings and BM25 weights are kept per version
 
     @property
@@ -90,7 +92,7 @@ class MemoryState:
         has_time = np.fromiter(map(mentions_time, one.utt_texts), bool, one.n_utterances) \
             if "temporal" in self.config.signals else np.zeros(one.n_utterances, bool)
         terms = self.lexical.count(one.encoded_texts()) if self.lexical is not None else None
-        context = context_embeddings(one.offset_array, emb, self.config.context_window) \
+        context = context_norms(one.offset_array, emb, self.config.context_window) \
             if self.context is not None else None
         return Derived(np.asarray(clue_emb, np.float32), has_time, terms, context)
 
@@ -136,7 +138,7 @@ class MemoryState:
             self.context.keep(keep_u)
         if self.bank.n_sessions == 0:
             self._full = self.graph = None
-            self.times = np.zeros(0, np.float64)
+            self.times, self.session_of = np.zeros(0, np.float64), np.zeros(0, np.int64)
             return
         self._set_graph(shrink_graph(self._full, self.bank, keep_u, keep_s, self.emb.view, self.clue_emb.view,
                                      self.graph_config))
@@ -145,6 +147,7 @@ class MemoryState:
         self._full = full
         self.graph = full if self.config.clues else without_clues(full)
         self.times = np.repeat(np.asarray(self.bank.session_dates, np.float64), np.diff(self.bank.offset_array))
+        self.session_of = np.repeat(np.arange(self.bank.n_sessions), np.diff(self.bank.offset_array))
 
     # ---- reads ---------------------------------------------------------------------------------------------------
     def mentioned_times(self, row: int) -> np.ndarray:
@@ -196,8 +199,8 @@ class MemoryState:
         if state.lexical is not None:
             state.lexical = BM25Index.from_arrays(documents["bm25_vocabulary"], arrays)
         if state.context is not None:  # a function of the embeddings and sessions: made again, not stored
-            state.context = Rows((state.dim,), data=context_embeddings(bank.offset_array, state.emb.view,
-                                                                       config.context_window))
+            state.context = Rows(dtype=np.float32, data=context_norms(bank.offset_array, state.emb.view,
+                                                                      config.context_window))
         if bank.n_sessions:
             clues = ClueState(arrays["clue_labels"], arrays["clue_merged"],
                               (arrays["clue_pairs_i"], arrays["clue_pairs_j"], arrays["clue_pairs_s"]))

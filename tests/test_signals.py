@@ -164,18 +164,24 @@ def test_mentions_time_searches_only_texts_with_an_expressions_cue_words():
 
 
 @pytest.mark.parametrize("window", [1, 2, 5])
-def test_context_embeddings_sum_the_neighbouring_turns_of_the_same_session(window):
-    from assomem_gpu.signals.context import context_embeddings
+def test_context_is_the_cosine_to_the_sum_of_the_neighbouring_turns_of_the_same_session(window):
+    from assomem_gpu.signals.context import context_norms, context_scores
 
     rng = np.random.default_rng(window)
     offsets = np.array([0, 3, 4, 4, 9])  # sessions of 3, 1, 0 and 5 turns
     emb = rng.normal(size=(9, 6)).astype(np.float32)
-    got = context_embeddings(offsets, emb, window)
+    q = rng.normal(size=(2, 6)).astype(np.float32)
     session = np.repeat(np.arange(4), np.diff(offsets))
-    for i in range(9):
-        near = [j for j in range(9) if 0 < abs(i - j) <= window and session[j] == session[i]]
-        want = emb[near].sum(axis=0) if near else np.zeros(6)
-        want = want / max(np.linalg.norm(want), 1e-12)
-        np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-6)
-    assert not got[3].any()  # alone in its session: no context
-    assert context_embeddings(np.array([0]), np.zeros((0, 6), np.float32), window).shape == (0, 6)
+    norms = context_norms(offsets, emb, window)
+    at = np.array([[0, 3, 4, 8], [2, 5, 6, 1]])
+    cosines = q @ emb.T
+    got = context_scores(lambda rows: np.take_along_axis(cosines, rows, axis=1), at, session, norms, window)
+    for b in range(2):
+        for c, i in enumerate(at[b]):
+            near = [j for j in range(9) if 0 < abs(i - j) <= window and session[j] == session[i]]
+            total = emb[near].sum(axis=0) if near else np.zeros(6)
+            assert norms[i] == pytest.approx(np.linalg.norm(total), rel=1e-5)
+            want = q[b] @ total / np.linalg.norm(total) if near else 0.0
+            assert got[b, c] == pytest.approx(want, rel=1e-4, abs=1e-5)
+    assert got[0, 1] == 0 and norms[3] == 0  # alone in its session: no context
+    assert context_norms(np.array([0]), np.zeros((0, 6), np.float32), window).shape == (0,)

@@ -1,24 +1,44 @@
-"""Dialogue context: the turns around an utterance, as a second embedding of it.
+"""Dialogue context: the turns around an utterance, as a second view of it.
 
 A reply's meaning often lives in the turn it answers ("Yes, that was in May!"), and a question's in the answer that
-follows it. An utterance's context embedding is the L2-normalised sum of the embeddings of the turns within
-``window`` turns of it in its session, itself excluded (zero for a turn alone in its session); the ``context``
-signal is a question's cosine to it. It depends on its session alone, so adds and removes keep it exactly.
+follows it. An utterance's context is the sum of the embeddings of the turns within ``window`` turns of it in its
+session, itself excluded; the ``context`` signal is the question's cosine to that sum (0 for a turn alone in its
+session). The cosine is the sum of the question's cosines to those turns divided by the sum's norm, so an index
+stores one norm per utterance (``context_norms``), not a second embedding table, and a search reads the turns'
+cosines as it reads relevance's (``context_scores``). A norm depends on its session alone, so adds and removes keep
+it exactly.
 """
 from __future__ import annotations
 
 import numpy as np
 
 
-def context_embeddings(offsets: np.ndarray, emb: np.ndarray, window: int) -> np.ndarray:
-    """(n_utt, dim) float32: each utterance's context embedding (see the module docstring). ``offsets``: where each
-    session's rows start (n_sessions + 1, the last the row count); ``emb`` (n_utt, dim) its utterances' embeddings."""
+def context_norms(offsets: np.ndarray, emb: np.ndarray, window: int) -> np.ndarray:
+    """(n_utt,) float32: the norm of each utterance's context sum (see the module docstring). ``offsets``: where
+    each session's rows start (n_sessions + 1, the last the row count); ``emb`` (n_utt, dim) the embeddings."""
     emb = np.asarray(emb, np.float32)
-    n = len(emb)
     session = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-    out = np.zeros_like(emb)
-    for d in range(1, min(window, max(n - 1, 0)) + 1):
+    total = np.zeros_like(emb)
+    for d in range(1, min(window, max(len(emb) - 1, 0)) + 1):
         same = np.flatnonzero(session[d:] == session[:-d])  # pairs (i, i + d) of one session
-        out[same] += emb[same + d]
-        out[same + d] += emb[same]
-    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        total[same] += emb[same + d]
+        total[same + d] += emb[same]
+    return np.linalg.norm(total, axis=1).astype(np.float32)
+
+
+def context_scores(of_rows, at, session, norms, window: int, xp=np):
+    """(B, C) the context signal of each question's candidate rows ``at`` (valid rows; padding reads row 0).
+
+    ``of_rows(rows)`` gives each question's cosines to its rows (B, k) (``scoring.Relevance.of_rows``);
+    ``session`` (n_utt,) each utterance's session row and ``norms`` its ``context_norms``, on ``xp``."""
+    n = len(session)
+    steps = xp.asarray(np.r_[np.arange(-window, 0), np.arange(1, window + 1)])
+    near = at[:, :, None] + steps  # (B, C, 2·window) the turns around each candidate
+    inside = (near >= 0) & (near < n)
+    near = xp.where(inside, near, at[:, :, None])
+    same = inside & (session[near] == session[at][:, :, None])
+    b, c = at.shape
+    cos = of_rows(near.reshape(b, -1)).reshape(near.shape)
+    total = xp.where(same & xp.isfinite(cos), cos, 0.0).sum(axis=2)  # a filtered-out turn (-inf) adds nothing
+    norm = norms[at]
+    return xp.where(norm > 0, total / xp.where(norm > 0, norm, 1.0), 0.0)
