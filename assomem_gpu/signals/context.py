@@ -13,17 +13,24 @@ from __future__ import annotations
 import numpy as np
 
 
-def context_norms(offsets: np.ndarray, emb: np.ndarray, window: int) -> np.ndarray:
+def context_norms(offsets: np.ndarray, emb: np.ndarray, window: int, block: int = 8192) -> np.ndarray:
     """(n_utt,) float32: the norm of each utterance's context sum (see the module docstring). ``offsets``: where
-    each session's rows start (n_sessions + 1, the last the row count); ``emb`` (n_utt, dim) the embeddings."""
+    each session's rows start (n_sessions + 1, the last the row count); ``emb`` (n_utt, dim) the embeddings. Made
+    ``block`` rows at a time (a memory-sized temporary would double a build's peak)."""
     emb = np.asarray(emb, np.float32)
+    n = len(emb)
     session = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-    total = np.zeros_like(emb)
-    for d in range(1, min(window, max(len(emb) - 1, 0)) + 1):
-        same = np.flatnonzero(session[d:] == session[:-d])  # pairs (i, i + d) of one session
-        total[same] += emb[same + d]
-        total[same + d] += emb[same]
-    return np.linalg.norm(total, axis=1).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    for lo in range(0, n, block):
+        rows = np.arange(lo, min(lo + block, n))
+        total = np.zeros((len(rows), emb.shape[1]), np.float32)
+        for d in (*range(-window, 0), *range(1, window + 1)):  # in the order of context_scores' sum
+            near = rows + d
+            same = (near >= 0) & (near < n)
+            same[same] = session[near[same]] == session[rows[same]]
+            total[same] += emb[near[same]]
+        out[rows] = np.linalg.norm(total, axis=1)
+    return out
 
 
 def context_scores(of_rows, at, session, norms, window: int, xp=np):
