@@ -382,8 +382,7 @@ def lexical(state: MemoryState, texts: list[str], at, backend: Backend):
     matches are weighted (``BM25Index.weights_of``)."""
     xp, lex = backend.xp, state.lexical
     data, indices, indptr, df, lengths = (
-        backend.resident(lex, name, state.version, lambda name=name: getattr(lex, name))
-        for name in ("data", "indices", "indptr", "df", "lengths"))
+        backend.resident(lex, name, state.version, lambda name=name: lex.array(name)) for name in lex.ARRAYS)
     keys, times = (backend.asarray(x) for x in lex.query_terms(texts))
     flat = at.ravel()
     n = indptr[flat + 1] - indptr[flat]  # nonzeros of each candidate's row

@@ -147,7 +147,7 @@ class MemoryState:
         self._full = full
         self.graph = full if self.config.clues else without_clues(full)
         self.times = np.repeat(np.asarray(self.bank.session_dates, np.float64), np.diff(self.bank.offset_array))
-        self.session_of = np.repeat(np.arange(self.bank.n_sessions), np.diff(self.bank.offset_array))
+        self.session_of = self.bank.utt_session()
 
     # ---- reads ---------------------------------------------------------------------------------------------------
     def mentioned_times(self, row: int) -> np.ndarray:

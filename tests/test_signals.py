@@ -143,8 +143,8 @@ def test_bm25_counts_selected_from_a_larger_count_equal_the_texts_added():
     counts = direct.count(bank)
     selected.add_counts(counts.rows(rows[:2])), selected.add_counts(counts.rows(rows[2:]))
     assert list(direct.vocab) == list(selected.vocab) and len(direct.vocab) > 3
-    for name in ("data", "indices", "indptr", "df", "lengths"):
-        assert np.array_equal(getattr(direct, name), getattr(selected, name)), name
+    for name in BM25Index.ARRAYS:
+        assert np.array_equal(direct.array(name), selected.array(name)), name
     assert direct.total_length == selected.total_length
     assert np.array_equal(direct.scores(["zebra mills", "tea in may"]), selected.scores(["zebra mills", "tea in may"]))
     # the vocabulary's order is the texts': by the first text holding a term, then alphabetically

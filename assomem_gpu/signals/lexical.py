@@ -57,26 +57,12 @@ class BM25Index:
         return sp.csr_matrix((self._data.view, self._indices.view, self._indptr.view),
                              shape=(self._indptr.n - 1, len(self.vocab)))
 
-    @property
-    def data(self) -> np.ndarray:
-        """The term counts' CSR arrays: ``data`` (float32), ``indices`` (terms, int64), ``indptr`` (int64)."""
-        return self._data.view
+    ARRAYS = ("data", "indices", "indptr", "df", "lengths")
 
-    @property
-    def indices(self) -> np.ndarray:
-        return self._indices.view
-
-    @property
-    def indptr(self) -> np.ndarray:
-        return self._indptr.view
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return self._lengths.view
-
-    @property
-    def df(self) -> np.ndarray:
-        return self._df.view
+    def array(self, name: str) -> np.ndarray:
+        """A view of one of ``ARRAYS``: the term counts' CSR ``data`` (float32), ``indices`` (terms, int64) and
+        ``indptr`` (int64); ``df`` (per term, the texts holding it) and ``lengths`` (per text, its tokens), float64."""
+        return getattr(self, "_" + name).view
 
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
         if not texts:
@@ -163,8 +149,8 @@ class BM25Index:
     def weights(self) -> sp.csr_matrix:
         """(texts, terms): what one occurrence of the term in a query adds to the text's score (every text)."""
         counts = self.counts
-        w = self.weights_of(counts.data.astype(np.float64), self.df[counts.indices],
-                            np.repeat(self.lengths, np.diff(counts.indptr)))
+        w = self.weights_of(counts.data.astype(np.float64), self._df.view[counts.indices],
+                            np.repeat(self._lengths.view, np.diff(counts.indptr)))
         return sp.csr_matrix((w, counts.indices, counts.indptr), shape=counts.shape)
 
     def query_terms(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
