@@ -67,12 +67,28 @@ class UttSearch:
 
     codebook: Codebook
     probe: np.ndarray  # (n_utt, n_probe) int32, nearest list first
+    lists: tuple[np.ndarray, np.ndarray] | None = None  # ``ivf.members(probe)``, made here when None
 
     def __post_init__(self):  # made with the search, as the graph's transition is: questions only read them
-        order, bounds = ivf.members(self.probe, self.codebook.n_lists)
-        held = np.flatnonzero(np.diff(bounds) > 0)  # removals can empty a list: questions probe the others
-        object.__setattr__(self, "lists", (order, bounds))
+        if self.lists is None:
+            object.__setattr__(self, "lists", ivf.members(self.probe, self.codebook.n_lists))
+        held = np.flatnonzero(np.diff(self.lists[1]) > 0)  # removals can empty a list: questions probe the others
         object.__setattr__(self, "held", (held, Codebook(self.codebook.centroids[held], self.codebook.rows)))
+
+    def grown(self, probe: np.ndarray) -> "UttSearch":
+        """This search with rows of these probes appended: each joins the end of its list (rows ascend in a list),
+        without sorting the lists again."""
+        order, bounds = self.lists
+        own = probe[:, 0]
+        order = np.insert(order, bounds[own + 1], len(self.probe) + np.arange(len(probe), dtype=np.int64))
+        bounds = bounds + np.concatenate([[0], np.cumsum(np.bincount(own, minlength=self.codebook.n_lists))])
+        return UttSearch(self.codebook, np.concatenate([self.probe, probe]), (order, bounds))
+
+    def members_of(self, lists: np.ndarray) -> np.ndarray:
+        """The rows (int64) of these lists, list by list, ascending within each."""
+        order, bounds = self.lists
+        lo, hi = bounds[lists], bounds[lists + 1]
+        return order[np.repeat(lo - np.cumsum(hi - lo) + (hi - lo), hi - lo) + np.arange(int((hi - lo).sum()))]
 
 
 @dataclass
@@ -86,13 +102,20 @@ class MemoryGraph:
     utt_pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # directed top-k similarity pairs, by row
     clues: ClueState | None = None  # what grow_graph / shrink_graph update (kept when the clue nodes are dropped)
     search: UttSearch | None = None  # how the utterance pairs were found (None: all pairs compared)
+    by_clue: np.ndarray | None = None  # utterance nodes grouped by clue, in node order (made here when None)
+    degree: np.ndarray | None = None  # float64 sum of each node's edge weights (made here when None)
+    transition: sp.csr_matrix | None = None  # column-stochastic M of eq. 2 (made here when None)
 
     def __post_init__(self):
-        self.by_clue = np.argsort(self.utt_clue, kind="stable")  # utterance nodes grouped by clue, in node order
+        if self.by_clue is None:
+            self.by_clue = np.argsort(self.utt_clue, kind="stable")
+        if self.degree is None:
+            self.degree = _row_sums(self.adjacency)
         self.clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
         self.owning = np.flatnonzero(self.clue_sizes > 0)  # clues that own an utterance (a session may have none)
         self.owning_starts = (np.cumsum(self.clue_sizes) - self.clue_sizes)[self.owning]  # where each starts in by_clue
-        self.transition = self._transition()  # made with the graph: searches only read it
+        if self.transition is None:  # made with the graph: searches only read it
+            self.transition = self._transition()
 
     @property
     def n_utt(self) -> int:
@@ -125,18 +148,32 @@ class MemoryGraph:
         return np.flatnonzero(seen)
 
     def _transition(self) -> sp.csr_matrix:
-        """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass), with int64 indices
-        (the CPU PPR kernel runs twice as fast on them; device copies take int32)."""
-        m = self._column_stochastic()
-        m.indptr, m.indices = m.indptr.astype(np.int64), m.indices.astype(np.int64)
-        return m
-
-    def _column_stochastic(self) -> sp.csr_matrix:
-        deg = np.asarray(self.adjacency.sum(axis=0)).ravel()
+        """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass: a self-loop), with
+        int64 indices (the CPU PPR kernel runs twice as fast on them; device copies take int32): each edge's weight
+        over its column's degree (the adjacency is symmetric: a column's degree is its row's sum)."""
+        adj, deg = self.adjacency, self.degree
         lonely = np.flatnonzero(deg == 0)
-        adj = self.adjacency + sp.csr_matrix((np.ones(len(lonely), np.float32), (lonely, lonely)), shape=self.adjacency.shape)
-        deg[lonely] = 1.0
-        return (adj @ sp.diags((1.0 / deg).astype(np.float32))).tocsr().astype(np.float32)
+        if len(lonely):
+            adj = (adj + sp.csr_matrix((np.ones(len(lonely), np.float32), (lonely, lonely)), shape=adj.shape)).tocsr()
+            deg = _row_sums(adj)
+        return _csr(adj.data * (1.0 / deg).astype(np.float32)[adj.indices], adj.indices, adj.indptr, adj.shape)
+
+
+def _csr(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
+    """A CSR matrix on these arrays, its indices int64 (the CPU PPR kernel runs twice as fast on them; device copies
+    take int32): an adjacency and its transition share them."""
+    m = sp.csr_matrix((data, indices, indptr), shape=shape)
+    m.indptr, m.indices = indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False)
+    return m
+
+
+def _row_sums(m: sp.csr_matrix) -> np.ndarray:
+    """float64 sum of each row's stored values (0 for an empty row)."""
+    out = np.zeros(m.shape[0])
+    full = np.flatnonzero(np.diff(m.indptr) > 0)
+    if len(full):  # consecutive starts of non-empty rows bound each one's values
+        out[full] = np.add.reduceat(m.data.astype(np.float64), m.indptr[full])
+    return out
 
 
 def exact_cosines(emb: np.ndarray, rows: np.ndarray, cols: np.ndarray, chunk: int = 8192) -> np.ndarray:
@@ -328,12 +365,14 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
         back = fc < n_old
         br, bc = fc[back], fr[back]  # old utterance -> new utterance candidates
     else:
-        search = UttSearch(search.codebook, np.concatenate([search.probe, ivf.probes(search.codebook, utt_emb[n_old:],
-                                                                                      config.n_probe)]))
-        fr, fc = ivf.candidate_pairs(utt_emb, search.probe, new, np.arange(n), radius, config.max_neighbors)
-        probed = np.zeros(search.codebook.n_lists, bool)
-        probed[search.probe[new, 0]] = True
-        hit = np.flatnonzero(probed[search.probe[:n_old]].any(axis=1))  # old rows that probe a new row's list
+        from .kernels.pair_select import rows_probing  # Numba loads on the first add, not on import
+
+        search = search.grown(ivf.probes(search.codebook, utt_emb[n_old:], config.n_probe))
+        reached = search.members_of(np.unique(search.probe[new]))  # the rows of the lists the new rows probe
+        fr, fc = ivf.candidate_pairs(utt_emb, search.probe, new, reached, radius, config.max_neighbors)
+        own = np.zeros(search.codebook.n_lists, bool)
+        own[search.probe[new, 0]] = True
+        hit = rows_probing(search.probe[:n_old], own)  # old rows that probe a new row's list
         br, bc = ivf.candidate_pairs(utt_emb, search.probe, hit, new, radius, config.max_neighbors)
     rows, cols, sims = g.utt_pairs
     affected = np.zeros(n, bool)
@@ -344,7 +383,9 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
                      np.concatenate([sims[mine], exact_cosines(utt_emb, cand_r, cand_c)]), config.gamma,
                      config.max_neighbors)
     pairs = _by_row(*(np.concatenate([x[~mine], t]) for x, t in zip((rows, cols, sims), top)))
-    return assemble(bank, pairs, clues, config, search)
+    if config.speakers:  # a new name renumbers the speaker nodes
+        return assemble(bank, pairs, clues, config, search)
+    return _spliced(g, bank, pairs, clues, config, search, (rows[mine], cols[mine]), top[:2])
 
 
 def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_sessions: np.ndarray,
@@ -452,6 +493,105 @@ def assemble(bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
         rows.append(idx), cols.append(n_u + n_c + who), vals.append(np.ones(len(idx), np.float32))
     r, c, v = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals).astype(np.float32)
     n = n_u + n_c + n_p
-    directed = sp.csr_matrix((v, (r, c)), shape=(n, n))  # edge types meeting on one pair add up
+    adj = _symmetric(r, c, v, n)
+    adj = _csr(adj.data, adj.indices, adj.indptr, adj.shape)
+    return MemoryGraph(utt_clue, clues.emb, adj, n_p, utt_pairs, clues, search, _by_clue(bank, clues.labels))
+
+
+def _symmetric(r: np.ndarray, c: np.ndarray, v: np.ndarray, n: int) -> sp.csr_matrix:
+    """The (n, n) adjacency of directed edges (r → c, weight v, float32): edge types meeting on one pair add up, and
+    the pair's weight is the larger of its two directions'."""
+    directed = sp.csr_matrix((v, (r, c)), shape=(n, n))
     adj = directed.maximum(directed.T).tocsr().astype(np.float32)
-    return MemoryGraph(utt_clue, clues.emb, adj, n_p, utt_pairs, clues, search)
+    adj.sort_indices()
+    return adj
+
+
+def _by_clue(bank: MemoryBank, labels: np.ndarray) -> np.ndarray:
+    """Utterance rows grouped by clue (``labels``: each session's), ascending within a clue: its sessions in order."""
+    return bank.session_utterances(np.argsort(labels, kind="stable"))
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The positions lo[0]:hi[0], lo[1]:hi[1], ... concatenated (int64)."""
+    lengths = hi - lo
+    return np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+
+
+def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
+             search: UttSearch | None, before: tuple[np.ndarray, np.ndarray],
+             after: tuple[np.ndarray, np.ndarray]) -> MemoryGraph:
+    """``assemble(bank, utt_pairs, clues, config, search)`` for ``g`` grown by the utterances after its own, made
+    from ``g``'s rows without rebuilding the matrix (no speaker nodes). ``before`` / ``after``: the (row, column)
+    similarity pairs of the rows whose neighbour lists were chosen again, before and after.
+
+    Fresh rows: the new utterances, the ends of every pair in one of ``before`` and ``after`` but not both, and the
+    clues (all of them: their members are a pass over the utterances, and a merge renames them). Every other row is
+    the old one, its clue column renamed. A fresh utterance row is made from the directed edges that touch it:
+    the lists of the fresh rows and of their old neighbours (a pair into a fresh row from a row that kept its list is
+    an old edge), and the turns beside it.
+    """
+    n_old, n, n_c = g.n_utt, bank.n_utterances, len(clues.emb)
+    off = bank.offset_array
+    utt_clue = np.repeat(clues.labels, np.diff(off))
+    changed = np.setxor1d(before[0] * n + before[1], after[0] * n + after[1])
+    fresh = np.zeros(n, bool)
+    fresh[n_old:] = True
+    fresh[changed // n], fresh[changed % n] = True, True
+    rows_f = np.flatnonzero(fresh)
+    old_f = rows_f[rows_f < n_old]
+    adj = g.adjacency
+    near = adj.indices[_ranges(adj.indptr[old_f], adj.indptr[old_f + 1])]
+    reach = np.unique(np.concatenate([rows_f, near[near < n_old]]))
+    pr, pc, ps = utt_pairs
+    at = _ranges(np.searchsorted(pr, reach), np.searchsorted(pr, reach, side="right"))
+    r, c, v = pr[at], pc[at], ps[at]
+    touch = fresh[r] | fresh[c]
+    r, c, v = [r[touch]], [c[touch]], [v[touch]]
+    if config.adjacency_weight > 0:  # consecutive turns of a session, beside a fresh row
+        a = np.unique(np.concatenate([rows_f, rows_f - 1]))
+        a = a[(a >= 0) & (a + 1 < n)]
+        a = a[np.searchsorted(off, a, side="right") == np.searchsorted(off, a + 1, side="right")]
+        r.append(a), c.append(a + 1), v.append(np.full(len(a), config.adjacency_weight, np.float32))
+    sym = _symmetric(np.concatenate(r), np.concatenate(c), np.concatenate(v).astype(np.float32), n)[rows_f]
+    counts = np.diff(sym.indptr) + 1  # and the ownership edge, last (clue nodes follow the utterances)
+    u_indptr = np.concatenate([[0], np.cumsum(counts)])
+    u_indices, u_data = np.empty(u_indptr[-1], np.int64), np.empty(u_indptr[-1], np.float32)
+    own = u_indptr[1:] - 1
+    inner = np.ones(len(u_indices), bool)
+    inner[own] = False
+    u_indices[inner], u_data[inner] = sym.indices, sym.data
+    u_indices[own], u_data[own] = n + utt_clue[rows_f], 1.0
+    # clue rows: members (ascending), then the clue–clue edges
+    ci, cj, cv = select_top(*clues.candidates, config.gamma, config.max_neighbors)
+    cc = _symmetric(ci, cj, cv, n_c)
+    by_clue = _by_clue(bank, clues.labels)
+    sizes = np.bincount(clues.labels, weights=np.diff(off), minlength=n_c).astype(np.int64)
+    c_counts = sizes + np.diff(cc.indptr)
+    c_indptr = np.concatenate([[0], np.cumsum(c_counts)])
+    c_indices, c_data = np.empty(c_indptr[-1], np.int64), np.empty(c_indptr[-1], np.float32)
+    starts = np.cumsum(sizes) - sizes
+    mem = np.repeat(c_indptr[:-1] - starts, sizes) + np.arange(n, dtype=np.int64)
+    c_indices[mem], c_data[mem] = by_clue, 1.0
+    edge = np.repeat(c_indptr[:-1] + sizes - cc.indptr[:-1], np.diff(cc.indptr)) + np.arange(cc.nnz, dtype=np.int64)
+    c_indices[edge], c_data[edge] = n + cc.indices, cc.data
+    f_indptr = np.concatenate([u_indptr, u_indptr[-1] + c_indptr[1:]])
+    f_indices, f_data = np.concatenate([u_indices, c_indices]), np.concatenate([u_data, c_data])
+    degree = np.empty(n + n_c)
+    degree[:n_old] = g.degree[:n_old]
+    fresh_degree = _row_sums(sp.csr_matrix((f_data, f_indices, f_indptr), shape=(len(f_indptr) - 1, n + n_c)))
+    degree[rows_f], degree[n:] = fresh_degree[: len(rows_f)], fresh_degree[len(rows_f) :]
+    if (degree == 0).any():  # a lonely node keeps its mass through a self-loop: the full build makes that
+        return assemble(bank, utt_pairs, clues, config, search)
+    source = np.arange(n + n_c, dtype=np.int64)
+    source[rows_f] = -1 - np.arange(len(rows_f))
+    source[n:] = -1 - len(rows_f) - np.arange(n_c)
+    col_map = np.empty(g.n_clues, np.int64)
+    col_map[g.clues.labels] = n + clues.labels[: len(g.clues.labels)]
+    from .kernels.csr_splice import splice  # Numba loads on the first add, not on import
+
+    indptr, indices, data, scaled = splice(adj.indptr, adj.indices, adj.data, source, f_indptr, f_indices, f_data,
+                                           col_map, (1.0 / degree).astype(np.float32))
+    shape = (n + n_c, n + n_c)
+    return MemoryGraph(utt_clue, clues.emb, _csr(data, indices, indptr, shape), 0, utt_pairs, clues, search,
+                       by_clue, degree, _csr(scaled, indices, indptr, shape))

@@ -50,7 +50,8 @@ class MemoryBank:
     utt_ids: list[str] = field(default_factory=list)
     utt_speakers: list[str] = field(default_factory=list)
     utt_texts: list[str] = field(default_factory=list)
-    _by_id: dict[str, int] = field(default_factory=dict, repr=False)
+    _by_id: dict[str, int] = field(default_factory=dict, repr=False)  # session id -> row
+    _utt_by_id: dict[str, int] = field(default_factory=dict, repr=False)  # utterance id -> row (the first, if repeated)
     _offset_array: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64), repr=False, compare=False)
 
     @property
@@ -70,6 +71,17 @@ class MemoryBank:
 
     def session_index(self, session_id: str) -> int | None:
         return self._by_id.get(session_id)
+
+    def utterance_index(self, utt_id: str) -> int | None:
+        return self._utt_by_id.get(utt_id)
+
+    def reindex(self) -> "MemoryBank":
+        """Remake the id lookups from the columns (after they were set directly); returns the bank."""
+        self._by_id = {sid: i for i, sid in enumerate(self.session_ids)}
+        self._utt_by_id = {}
+        for i, uid in enumerate(self.utt_ids):
+            self._utt_by_id.setdefault(uid, i)
+        return self
 
     def add_session(self, session_id: str, date: float, turns: Sequence[tuple[str, str, str]]) -> int:
         """Add a session of ``(utterance_id, speaker, text)`` turns, or return the row of an identical one already held.
@@ -91,6 +103,7 @@ class MemoryBank:
         self.session_ids.append(session_id)
         self.session_dates.append(date)
         for utt_id, speaker, text in turns:
+            self._utt_by_id.setdefault(utt_id, len(self.utt_ids))
             self.utt_ids.append(utt_id)
             self.utt_speakers.append(speaker)
             self.utt_texts.append(text)
@@ -104,8 +117,7 @@ class MemoryBank:
         out = MemoryBank([self.session_ids[s] for s in sessions], [self.session_dates[s] for s in sessions],
                          [0, *np.cumsum(counts).tolist()], [self.utt_ids[i] for i in rows],
                          [self.utt_speakers[i] for i in rows], [self.utt_texts[i] for i in rows])
-        out._by_id = {sid: i for i, sid in enumerate(out.session_ids)}
-        return out
+        return out.reindex()
 
     def utt_session(self) -> np.ndarray:
         """Session row of every utterance (int64)."""

@@ -63,15 +63,30 @@ class MemoryState:
         self.lexical = BM25Index() if "lexical" in config.signals else None
         self.context = Rows(dtype=np.float32) if "context" in config.signals else None  # per utterance: its context
         # norm (signals/context.py)
-        self.has_time = np.zeros(0, bool)  # per utterance: holds a time expression
+        self._has_time = Rows(dtype=bool)  # per utterance: holds a time expression
         self._mentions: list[np.ndarray | None] = []  # per utterance: times it mentions (made on first use)
-        self.times = np.zeros(0, np.float64)  # per utterance: its session's date (NaN unknown)
-        self.session_of = np.zeros(0, np.int64)  # per utterance: its session's row
+        self._times = Rows(dtype=np.float64)  # per utterance: its session's date (NaN unknown)
+        self._session_of = Rows(dtype=np.int64)  # per utterance: its session's row
         self.version = 0  # counts the writes: device copies of the embeddings and BM25 weights are kept per version
 
     @property
     def n_utterances(self) -> int:
         return self.bank.n_utterances
+
+    @property
+    def has_time(self) -> np.ndarray:
+        """Per utterance: holds a time expression (bool)."""
+        return self._has_time.view
+
+    @property
+    def times(self) -> np.ndarray:
+        """Per utterance: its session's date (float64 POSIX seconds; NaN unknown)."""
+        return self._times.view
+
+    @property
+    def session_of(self) -> np.ndarray:
+        """Per utterance: its session's row (int64)."""
+        return self._session_of.view
 
     @property
     def graph_config(self):
@@ -105,11 +120,12 @@ class MemoryState:
         # nothing below fails on valid input
         self.version += 1
         for sid, date, turns, meta in sessions:
-            self.bank.add_session(sid, date, turns)
+            self._times.append(np.full(len(turns), date, np.float64))
+            self._session_of.append(np.full(len(turns), self.bank.add_session(sid, date, turns), np.int64))
             self.metadata.append(dict(meta))
         self.emb.append(emb)
         self.clue_emb.append(derived.clue_emb)
-        self.has_time = np.concatenate([self.has_time, derived.has_time])
+        self._has_time.append(derived.has_time)
         self._mentions += [None] * len(derived.has_time)
         if self.lexical is not None:
             self.lexical.add_counts(derived.terms)
@@ -130,7 +146,9 @@ class MemoryState:
         self.metadata = list(compress(self.metadata, keep_s))
         self.emb.keep(keep_u)
         self.clue_emb.keep(keep_s)
-        self.has_time = self.has_time[keep_u]
+        for rows in (self._has_time, self._times, self._session_of):
+            rows.keep(keep_u)
+        self.session_of[:] = (np.cumsum(keep_s) - 1)[self.session_of]
         self._mentions = list(compress(self._mentions, keep_u))
         if self.lexical is not None:
             self.lexical.remove(keep_u)
@@ -138,7 +156,6 @@ class MemoryState:
             self.context.keep(keep_u)
         if self.bank.n_sessions == 0:
             self._full = self.graph = None
-            self.times, self.session_of = np.zeros(0, np.float64), np.zeros(0, np.int64)
             return
         self._set_graph(shrink_graph(self._full, self.bank, keep_u, keep_s, self.emb.view, self.clue_emb.view,
                                      self.graph_config))
@@ -146,8 +163,6 @@ class MemoryState:
     def _set_graph(self, full: MemoryGraph) -> None:
         self._full = full
         self.graph = full if self.config.clues else without_clues(full)
-        self.times = np.repeat(np.asarray(self.bank.session_dates, np.float64), np.diff(self.bank.offset_array))
-        self.session_of = self.bank.utt_session()
 
     # ---- reads ---------------------------------------------------------------------------------------------------
     def mentioned_times(self, row: int) -> np.ndarray:
@@ -190,11 +205,14 @@ class MemoryState:
         bank.session_ids, bank.session_dates = list(sessions["ids"]), [float(d) for d in sessions["dates"]]
         bank.offsets = [int(o) for o in sessions["offsets"]]
         bank.utt_ids, bank.utt_speakers, bank.utt_texts = list(utts["ids"]), list(utts["speakers"]), list(utts["texts"])
-        bank._by_id = {sid: i for i, sid in enumerate(bank.session_ids)}
+        bank.reindex()
         state.metadata = [dict(m) for m in sessions["metadata"]]
         state.emb = Rows((state.dim,), data=arrays["utt_emb"])
         state.clue_emb = Rows((state.dim,), data=arrays["clue_emb"])
-        state.has_time = np.asarray(arrays["has_time"], bool)
+        state._has_time = Rows(dtype=bool, data=arrays["has_time"])
+        counts = np.diff(bank.offset_array)
+        state._times = Rows(dtype=np.float64, data=np.repeat(np.asarray(bank.session_dates, np.float64), counts))
+        state._session_of = Rows(dtype=np.int64, data=bank.utt_session())
         state._mentions = [None] * bank.n_utterances
         if state.lexical is not None:
             state.lexical = BM25Index.from_arrays(documents["bm25_vocabulary"], arrays)

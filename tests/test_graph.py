@@ -201,7 +201,14 @@ def clustered(n_sessions: int, per: int = 5, dim: int = 32, seed: int = 0):
 
 
 def assert_same_graph(a, b):
-    assert (a.adjacency != b.adjacency).nnz == 0
+    """Equal to the bit: the matrices' arrays (the order of a row's entries is the order PPR sums them in), the
+    degrees and the clue grouping."""
+    for m1, m2 in ((a.adjacency, b.adjacency), (a.transition, b.transition)):
+        assert m1.shape == m2.shape
+        for part in ("indptr", "indices", "data"):
+            x, y = getattr(m1, part), getattr(m2, part)
+            assert x.dtype == y.dtype and np.array_equal(x, y), part
+    assert np.array_equal(a.degree, b.degree) and np.array_equal(a.by_clue, b.by_clue)
     for x, y in zip(a.utt_pairs, b.utt_pairs):
         assert np.array_equal(x, y)
     assert (a.search is None) == (b.search is None)
@@ -225,6 +232,26 @@ def test_ivf_graph_grown_equals_built_across_codebook_doublings():
         assert_same_graph(g, build_graph(bank(hi), emb[: hi * per], clue[:hi], config))
         trained.append(0 if g.search is None else g.search.codebook.rows)
     assert trained == [0, 200, 400, 800, 800]
+
+
+@pytest.mark.parametrize("config", [GraphConfig(gamma=0.6, delta=0.8), GraphConfig(gamma=0.3, delta=0.5, max_neighbors=3),
+                                    GraphConfig(gamma=0.6, delta=0.5, adjacency_weight=0.0, exact_limit=100,
+                                                list_size=16, n_probe=3)])
+def test_a_graph_grown_session_by_session_equals_the_build_to_the_bit(config):
+    """Each add splices the old matrices' untouched rows with fresh ones (``graph._spliced``), clue merges included."""
+    from assomem_gpu.graph import grow_graph
+
+    per = 5
+    emb, bank = clustered(60, per, seed=3)
+    clue = centroid_embeddings(np.arange(0, 60 * per + 1, per), emb)
+    g = build_graph(bank(1), emb[:per], clue[:1], config)
+    merged = False
+    for hi in range(2, 61):
+        before = g.n_clues
+        g = grow_graph(g, bank(hi), emb[: hi * per], clue[:hi], config)
+        merged |= g.n_clues < before
+        assert_same_graph(g, build_graph(bank(hi), emb[: hi * per], clue[:hi], config))
+    assert merged or config.delta > 0.5  # a session joined clues: the clue nodes were renamed
 
 
 def test_ivf_graph_shrunk_equals_built_with_its_codebook_and_finds_most_edges():
