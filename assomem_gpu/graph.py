@@ -162,8 +162,8 @@ class MemoryGraph:
 def _csr(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
     """A CSR matrix on these arrays, its indices int64 (the CPU PPR kernel runs twice as fast on them; device copies
     take int32): an adjacency and its transition share them."""
-    m = sp.csr_matrix((data, indices, indptr), shape=shape)
-    m.indptr, m.indices = indptr.astype(np.int64, copy=False), indices.astype(np.int64, copy=False)
+    m = sp.csr_matrix(shape, dtype=data.dtype)  # set, not passed: the constructor would copy them to int32 first
+    m.data, m.indices, m.indptr = data, indices.astype(np.int64, copy=False), indptr.astype(np.int64, copy=False)
     return m
 
 
@@ -385,7 +385,14 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
     pairs = _by_row(*(np.concatenate([x[~mine], t]) for x, t in zip((rows, cols, sims), top)))
     if config.speakers:  # a new name renumbers the speaker nodes
         return assemble(bank, pairs, clues, config, search)
-    return _spliced(g, bank, pairs, clues, config, search, (rows[mine], cols[mine]), top[:2])
+    fresh = np.zeros(n, bool)
+    fresh[n_old:] = True
+    changed = np.setxor1d(rows[mine] * n + cols[mine], top[0] * n + top[1])  # pairs made or lost
+    fresh[changed // n], fresh[changed % n] = True, True
+    clue_map = np.empty(g.n_clues, np.int64)
+    clue_map[g.clues.labels] = clues.labels[: len(g.clues.labels)]
+    return _spliced(g, bank, pairs, clues, config, search, np.concatenate([np.arange(n_old), np.full(n - n_old, -1)]),
+                    clue_map, fresh)
 
 
 def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_sessions: np.ndarray,
@@ -416,7 +423,26 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
     top = select_top(r, c, exact_cosines(utt_emb, r, c), config.gamma, config.max_neighbors)
     pairs = _by_row(*(np.concatenate([x, t]) for x, t in zip((new_of[rows[stay]], new_of[cols[stay]], sims[stay]),
                                                               top)))
-    return assemble(bank, pairs, shrink_clue_state(g.clues, keep_sessions, session_clue_emb, config), config, search)
+    clues = shrink_clue_state(g.clues, keep_sessions, session_clue_emb, config)
+    if config.speakers:  # a name no one says any more renumbers the speaker nodes
+        return assemble(bank, pairs, clues, config, search)
+    n = len(utt_emb)
+    fresh = np.zeros(n, bool)
+    lost = affected[rows] & keep_utt[cols]  # the kept pairs of the lists searched again
+    changed = np.setxor1d(new_of[rows[lost]] * n + new_of[cols[lost]], top[0] * n + top[1])
+    fresh[changed // n], fresh[changed % n] = True, True
+    adj = g.adjacency
+    gone = np.flatnonzero(~keep_utt)
+    near = adj.indices[_ranges(adj.indptr[gone], adj.indptr[gone + 1])]
+    near = near[near < len(keep_utt)]
+    fresh[new_of[near[keep_utt[near]]]] = True  # rows that had an edge to a removed utterance
+    touched = np.zeros(g.n_clues, bool)
+    touched[g.clues.labels[~keep_sessions]] = True  # clues that lost a session (they may split)
+    fresh[touched[g.utt_clue[keep_utt]]] = True
+    clue_map = np.full(g.n_clues, -1, np.int64)
+    clue_map[g.clues.labels[keep_sessions]] = clues.labels
+    clue_map[touched] = -1
+    return _spliced(g, bank, pairs, clues, config, search, np.flatnonzero(keep_utt), clue_map, fresh)
 
 
 def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarray, config: GraphConfig) -> ClueState:
@@ -519,30 +545,30 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
-             search: UttSearch | None, before: tuple[np.ndarray, np.ndarray],
-             after: tuple[np.ndarray, np.ndarray]) -> MemoryGraph:
-    """``assemble(bank, utt_pairs, clues, config, search)`` for ``g`` grown by the utterances after its own, made
-    from ``g``'s rows without rebuilding the matrix (no speaker nodes). ``before`` / ``after``: the (row, column)
-    similarity pairs of the rows whose neighbour lists were chosen again, before and after.
+             search: UttSearch | None, old_of: np.ndarray, clue_map: np.ndarray, fresh: np.ndarray) -> MemoryGraph:
+    """``assemble(bank, utt_pairs, clues, config, search)`` for ``g`` after a write, made from ``g``'s rows without
+    rebuilding the matrix (no speaker nodes). ``old_of``: each utterance's node in ``g`` (-1: a new one);
+    ``clue_map``: each of ``g``'s clues' new clue (read only for the rows copied); ``fresh``: the utterances whose
+    rows the write changed (every new one; the ends of similarity pairs made or lost; those whose clue changed other
+    than by its name).
 
-    Fresh rows: the new utterances, the ends of every pair in one of ``before`` and ``after`` but not both, and the
-    clues (all of them: their members are a pass over the utterances, and a merge renames them). Every other row is
-    the old one, its clue column renamed. A fresh utterance row is made from the directed edges that touch it:
-    the lists of the fresh rows and of their old neighbours (a pair into a fresh row from a row that kept its list is
-    an old edge), and the turns beside it.
+    The clue rows are all made again (their members are a pass over the utterances, and a write renames them). Every
+    other utterance row is the old one, its columns renamed. A fresh utterance row is made from the directed edges
+    that touch it: the lists of the fresh rows and of their old neighbours (a pair into a fresh row from a row that
+    kept its list is an old edge), and the turns beside it.
     """
     n_old, n, n_c = g.n_utt, bank.n_utterances, len(clues.emb)
     off = bank.offset_array
     utt_clue = np.repeat(clues.labels, np.diff(off))
-    changed = np.setxor1d(before[0] * n + before[1], after[0] * n + after[1])
-    fresh = np.zeros(n, bool)
-    fresh[n_old:] = True
-    fresh[changed // n], fresh[changed % n] = True, True
     rows_f = np.flatnonzero(fresh)
-    old_f = rows_f[rows_f < n_old]
+    was = old_of[rows_f]
+    was = was[was >= 0]
+    utt_map = np.full(n_old, -1, np.int64)  # old utterance node -> new (-1: removed)
+    utt_map[old_of[old_of >= 0]] = np.flatnonzero(old_of >= 0)
     adj = g.adjacency
-    near = adj.indices[_ranges(adj.indptr[old_f], adj.indptr[old_f + 1])]
-    reach = np.unique(np.concatenate([rows_f, near[near < n_old]]))
+    near = adj.indices[_ranges(adj.indptr[was], adj.indptr[was + 1])]
+    near = utt_map[near[near < n_old]]
+    reach = np.unique(np.concatenate([rows_f, near[near >= 0]]))
     pr, pc, ps = utt_pairs
     at = _ranges(np.searchsorted(pr, reach), np.searchsorted(pr, reach, side="right"))
     r, c, v = pr[at], pc[at], ps[at]
@@ -553,14 +579,17 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
         a = a[(a >= 0) & (a + 1 < n)]
         a = a[np.searchsorted(off, a, side="right") == np.searchsorted(off, a + 1, side="right")]
         r.append(a), c.append(a + 1), v.append(np.full(len(a), config.adjacency_weight, np.float32))
-    sym = _symmetric(np.concatenate(r), np.concatenate(c), np.concatenate(v).astype(np.float32), n)[rows_f]
+    r, c = np.concatenate(r), np.concatenate(c)
+    ids = np.unique(np.concatenate([r, c, rows_f]))  # the nodes involved, renumbered in order: rows stay sorted
+    sym = _symmetric(np.searchsorted(ids, r), np.searchsorted(ids, c), np.concatenate(v).astype(np.float32),
+                     len(ids))[np.searchsorted(ids, rows_f)]
     counts = np.diff(sym.indptr) + 1  # and the ownership edge, last (clue nodes follow the utterances)
     u_indptr = np.concatenate([[0], np.cumsum(counts)])
     u_indices, u_data = np.empty(u_indptr[-1], np.int64), np.empty(u_indptr[-1], np.float32)
     own = u_indptr[1:] - 1
     inner = np.ones(len(u_indices), bool)
     inner[own] = False
-    u_indices[inner], u_data[inner] = sym.indices, sym.data
+    u_indices[inner], u_data[inner] = ids[sym.indices], sym.data
     u_indices[own], u_data[own] = n + utt_clue[rows_f], 1.0
     # clue rows: members (ascending), then the clue–clue edges
     ci, cj, cv = select_top(*clues.candidates, config.gamma, config.max_neighbors)
@@ -577,18 +606,19 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
     c_indices[edge], c_data[edge] = n + cc.indices, cc.data
     f_indptr = np.concatenate([u_indptr, u_indptr[-1] + c_indptr[1:]])
     f_indices, f_data = np.concatenate([u_indices, c_indices]), np.concatenate([u_data, c_data])
+    copied = np.flatnonzero(~fresh)
     degree = np.empty(n + n_c)
-    degree[:n_old] = g.degree[:n_old]
+    degree[copied] = g.degree[old_of[copied]]
     fresh_degree = _row_sums(sp.csr_matrix((f_data, f_indices, f_indptr), shape=(len(f_indptr) - 1, n + n_c)))
     degree[rows_f], degree[n:] = fresh_degree[: len(rows_f)], fresh_degree[len(rows_f) :]
     if (degree == 0).any():  # a lonely node keeps its mass through a self-loop: the full build makes that
         return assemble(bank, utt_pairs, clues, config, search)
-    source = np.arange(n + n_c, dtype=np.int64)
+    source = np.empty(n + n_c, np.int64)
+    source[copied] = old_of[copied]
     source[rows_f] = -1 - np.arange(len(rows_f))
     source[n:] = -1 - len(rows_f) - np.arange(n_c)
-    col_map = np.empty(g.n_clues, np.int64)
-    col_map[g.clues.labels] = n + clues.labels[: len(g.clues.labels)]
-    from .kernels.csr_splice import splice  # Numba loads on the first add, not on import
+    col_map = np.concatenate([utt_map, np.where(clue_map >= 0, n + clue_map, -1)])
+    from .kernels.csr_splice import splice  # Numba loads on the first write, not on import
 
     indptr, indices, data, scaled = splice(adj.indptr, adj.indices, adj.data, source, f_indptr, f_indices, f_data,
                                            col_map, (1.0 / degree).astype(np.float32))

@@ -237,9 +237,10 @@ def test_ivf_graph_grown_equals_built_across_codebook_doublings():
 @pytest.mark.parametrize("config", [GraphConfig(gamma=0.6, delta=0.8), GraphConfig(gamma=0.3, delta=0.5, max_neighbors=3),
                                     GraphConfig(gamma=0.6, delta=0.5, adjacency_weight=0.0, exact_limit=100,
                                                 list_size=16, n_probe=3)])
-def test_a_graph_grown_session_by_session_equals_the_build_to_the_bit(config):
-    """Each add splices the old matrices' untouched rows with fresh ones (``graph._spliced``), clue merges included."""
-    from assomem_gpu.graph import grow_graph
+def test_a_graph_grown_and_shrunk_equals_the_build_to_the_bit(config):
+    """Each add and each remove splices the old matrices' untouched rows with fresh ones (``graph._spliced``), clue
+    merges and splits included."""
+    from assomem_gpu.graph import grow_graph, shrink_graph
 
     per = 5
     emb, bank = clustered(60, per, seed=3)
@@ -252,6 +253,20 @@ def test_a_graph_grown_session_by_session_equals_the_build_to_the_bit(config):
         merged |= g.n_clues < before
         assert_same_graph(g, build_graph(bank(hi), emb[: hi * per], clue[:hi], config))
     assert merged or config.delta > 0.5  # a session joined clues: the clue nodes were renamed
+    rng = np.random.default_rng(4)
+    sessions, split = np.arange(60), False
+    for drop in (1, 5, 1, 20):
+        keep_s = np.ones(len(sessions), bool)
+        keep_s[rng.choice(len(sessions), drop, replace=False)] = False
+        keep_u = np.repeat(keep_s, per)
+        sessions = sessions[keep_s]
+        rows = (sessions[:, None] * per + np.arange(per)).ravel()
+        kept, labels = bank(60).select(sessions), g.clues.labels
+        g = shrink_graph(g, kept, keep_u, keep_s, emb[rows], clue[sessions], config)
+        split |= any(len(np.unique(g.clues.labels[labels[keep_s] == c])) > 1 for c in labels[~keep_s])
+        codebook = None if g.search is None else g.search.codebook
+        assert_same_graph(g, build_graph(kept, emb[rows], clue[sessions], config, codebook=codebook))
+    assert split or config.delta > 0.5  # a clue that lost a session fell apart: its utterances' rows were made again
 
 
 def test_ivf_graph_shrunk_equals_built_with_its_codebook_and_finds_most_edges():
@@ -368,3 +383,13 @@ def test_pair_selection_kernel_equals_partition_and_nonzero():
         keep = keep if trial % 10 else MAX_KEEP + keep  # past MAX_KEEP: numpy's own path
         got, want = select_pairs(sims, radius, keep, doubt), by_numpy(sims, radius, keep, doubt)
         assert all(np.array_equal(a, b) for a, b in zip(got, want)), trial
+
+
+def test_rows_probing_lists_are_those_numpy_finds():
+    from assomem_gpu.kernels.pair_select import rows_probing
+
+    rng = np.random.default_rng(1)
+    for n, lists, n_probe in ((0, 5, 3), (1, 1, 1), (500, 40, 4), (2000, 300, 8)):
+        probe = rng.integers(0, lists, size=(n, n_probe)).astype(np.int32)
+        wanted = rng.random(lists) < 0.1
+        assert np.array_equal(rows_probing(probe, wanted), np.flatnonzero(wanted[probe].any(axis=1)))

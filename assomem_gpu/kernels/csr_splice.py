@@ -1,10 +1,10 @@
-"""Splicing a grown graph's CSR (Numba): the rows an add did not touch are copied from the old matrix, the others
-taken from freshly made rows, and the transition matrix's values (each edge's weight over its column's degree)
-written in the same pass.
+"""Splicing a graph's CSR after a write (Numba): the rows the write did not touch are copied from the old matrix,
+their columns renamed, the others taken from freshly made rows, and the transition matrix's values (each edge's
+weight over its column's degree) written in the same pass.
 
-An add changes a few hundred rows of a matrix with millions of entries; rebuilding it with scipy (COO to CSR, the
-transpose, the elementwise maximum, the column scaling) costs several passes and sorts over all of it. Here each
-output row is one copy, in parallel over rows.
+An add or a remove changes a few hundred rows of a matrix with millions of entries; rebuilding it with scipy (COO
+to CSR, the transpose, the elementwise maximum, the column scaling) costs several passes and sorts over all of it.
+Here each output row is one copy, in parallel over rows.
 """
 from __future__ import annotations
 
@@ -15,16 +15,14 @@ from .parallel import call_parallel
 
 
 @njit(parallel=True, cache=True)
-def _splice(old_indptr, old_indices, old_data, source, fresh_indptr, fresh_indices, fresh_data, col_map, n_old,
-            inv, indptr, indices, data, scaled):
+def _splice(old_indptr, old_indices, old_data, source, fresh_indptr, fresh_indices, fresh_data, col_map, inv,
+            indptr, indices, data, scaled):
     for r in prange(indptr.shape[0] - 1):
         at = indptr[r]
         s = source[r]
         if s >= 0:
             for k in range(old_indptr[s], old_indptr[s + 1]):
-                c = old_indices[k]
-                if c >= n_old:
-                    c = col_map[c - n_old]
+                c = col_map[old_indices[k]]
                 v = old_data[k]
                 indices[at] = c
                 data[at] = v
@@ -47,12 +45,11 @@ def splice(old_indptr: np.ndarray, old_indices: np.ndarray, old_data: np.ndarray
     """The rows of a new CSR matrix and their values scaled by ``inv`` of their column: (indptr, indices, data,
     scaled), int64 / int64 / float32 / float32.
 
-    Row ``r`` is the old matrix's row ``source[r]`` when that is >= 0, its columns from ``len(old_indptr) - 1 -
-    len(col_map)`` on renamed by ``col_map`` (the old nodes after the utterances: clues); else the fresh row
-    ``-source[r] - 1``. ``inv`` (float32) is indexed by new column. Copied rows keep their order, so a row whose
-    renamed columns would no longer ascend must be given fresh.
+    Row ``r`` is the old matrix's row ``source[r]`` when that is >= 0, its columns renamed by ``col_map`` (old node
+    -> new node); else the fresh row ``-source[r] - 1``. ``inv`` (float32) is indexed by new column. Copied rows keep
+    their order, so a row whose renamed columns would no longer ascend (or that has a column with no new node) must
+    be given fresh.
     """
-    n_old = len(old_indptr) - 1 - len(col_map)
     lengths = np.where(source >= 0, np.diff(old_indptr)[np.maximum(source, 0)],
                        np.diff(fresh_indptr)[np.maximum(-source - 1, 0)])
     indptr = np.zeros(len(source) + 1, np.int64)
@@ -62,6 +59,6 @@ def splice(old_indptr: np.ndarray, old_indices: np.ndarray, old_data: np.ndarray
     call_parallel(_splice, old_indptr, old_indices, old_data.astype(np.float32, copy=False),
                   np.ascontiguousarray(source, np.int64), fresh_indptr.astype(np.int64, copy=False),
                   fresh_indices.astype(np.int64, copy=False), fresh_data.astype(np.float32, copy=False),
-                  np.ascontiguousarray(col_map, np.int64), n_old, np.ascontiguousarray(inv, np.float32),
+                  np.ascontiguousarray(col_map, np.int64), np.ascontiguousarray(inv, np.float32),
                   indptr, indices, data, scaled)
     return indptr, indices, data, scaled
