@@ -202,7 +202,7 @@ class MemoryIndex:
         for sid, _, turns, _ in records:
             if bank.session_index(sid) is not None:
                 raise ValueError(f"sessions: session id {sid!r} is already in the index")
-            clash = next((u for u, _, _ in turns if bank.utterance_index(u) is not None), None)
+            clash = next((u for u, _, _ in turns if bank.holds_utterance(u)), None)
             if clash is not None:
                 raise ValueError(f"sessions: utterance id {clash!r} is already in the index")
         if derived is None:
@@ -239,16 +239,16 @@ class MemoryIndex:
             raise ValueError("questions: calibrating needs an encoder for the question texts")
         emb = self.encoder.encode([q.text for q in qs])
         with self._lock.write():
-            bank = self._state.bank
+            row_of = {u: i for i, u in enumerate(self._state.bank.utt_ids)}
             for i, q in enumerate(qs):
-                unknown = [e for e in q.evidence if bank.utterance_index(e) is None]
+                unknown = [e for e in q.evidence if e not in row_of]
                 if unknown:
                     raise ValueError(f"questions[{i}].evidence: not utterances of the index: {unknown[:5]}")
             dates = np.asarray([_when(q.date, f"questions[{i}].date", self.dated, now=True) for i, q in enumerate(qs)])
             feats = [f for part in score(self._state, Queries(emb, [q.text for q in qs], dates), self.config,
                                          self.backend) for f in part.features(self.backend)]
             keep = [i for i, q in enumerate(qs) if q.evidence]
-            evidence = [np.asarray([bank.utterance_index(e) for e in qs[i].evidence], np.int64) for i in keep]
+            evidence = [np.asarray([row_of[e] for e in qs[i].evidence], np.int64) for i in keep]
             self.fusion = fit_fusion(list(self.config.signals), [qs[i].type for i in keep],
                                      [feats[i].scores for i in keep],
                                      [np.isin(feats[i].candidates, ev) for i, ev in zip(keep, evidence)],

@@ -51,7 +51,7 @@ class MemoryBank:
     utt_speakers: list[str] = field(default_factory=list)
     utt_texts: list[str] = field(default_factory=list)
     _by_id: dict[str, int] = field(default_factory=dict, repr=False)  # session id -> row
-    _utt_by_id: dict[str, int] = field(default_factory=dict, repr=False)  # utterance id -> row (the first, if repeated)
+    _utt_ids: set[str] = field(default_factory=set, repr=False)  # the utterance ids held
     _offset_array: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64), repr=False, compare=False)
 
     @property
@@ -72,15 +72,13 @@ class MemoryBank:
     def session_index(self, session_id: str) -> int | None:
         return self._by_id.get(session_id)
 
-    def utterance_index(self, utt_id: str) -> int | None:
-        return self._utt_by_id.get(utt_id)
+    def holds_utterance(self, utt_id: str) -> bool:
+        return utt_id in self._utt_ids
 
     def reindex(self) -> "MemoryBank":
         """Remake the id lookups from the columns (after they were set directly); returns the bank."""
         self._by_id = {sid: i for i, sid in enumerate(self.session_ids)}
-        self._utt_by_id = {}
-        for i, uid in enumerate(self.utt_ids):
-            self._utt_by_id.setdefault(uid, i)
+        self._utt_ids = set(self.utt_ids)
         return self
 
     def add_session(self, session_id: str, date: float, turns: Sequence[tuple[str, str, str]]) -> int:
@@ -103,7 +101,7 @@ class MemoryBank:
         self.session_ids.append(session_id)
         self.session_dates.append(date)
         for utt_id, speaker, text in turns:
-            self._utt_by_id.setdefault(utt_id, len(self.utt_ids))
+            self._utt_ids.add(utt_id)
             self.utt_ids.append(utt_id)
             self.utt_speakers.append(speaker)
             self.utt_texts.append(text)
@@ -118,6 +116,22 @@ class MemoryBank:
                          [0, *np.cumsum(counts).tolist()], [self.utt_ids[i] for i in rows],
                          [self.utt_speakers[i] for i in rows], [self.utt_texts[i] for i in rows])
         return out.reindex()
+
+    def remove(self, sessions: np.ndarray) -> None:
+        """Drop these session rows (distinct) in place: each is a slice deleted from the columns (a move of the
+        pointers after it), so a small removal from a large bank is not a copy of its lists."""
+        unique = len(self._utt_ids) == self.n_utterances
+        for s in sorted(np.asarray(sessions, np.int64).tolist(), reverse=True):
+            lo, hi = self.offsets[s], self.offsets[s + 1]
+            if unique:
+                self._utt_ids.difference_update(self.utt_ids[lo:hi])
+            del self.utt_ids[lo:hi], self.utt_speakers[lo:hi], self.utt_texts[lo:hi]
+            del self.session_ids[s], self.session_dates[s]
+        self.offsets = [0, *np.cumsum(np.delete(np.diff(self.offset_array), sessions)).tolist()]
+        self._offset_array = np.asarray(self.offsets, np.int64)
+        self._by_id = {sid: i for i, sid in enumerate(self.session_ids)}
+        if not unique:
+            self._utt_ids = set(self.utt_ids)
 
     def utt_session(self) -> np.ndarray:
         """Session row of every utterance (int64)."""

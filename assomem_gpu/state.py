@@ -142,7 +142,7 @@ class MemoryState:
         keep_s = np.ones(self.bank.n_sessions, bool)
         keep_s[sessions] = False
         keep_u = np.repeat(keep_s, np.diff(self.bank.offset_array))
-        self.bank = self.bank.select(np.flatnonzero(keep_s))
+        self.bank.remove(sessions)
         self.metadata = list(compress(self.metadata, keep_s))
         self.emb.keep(keep_u)
         self.clue_emb.keep(keep_s)
