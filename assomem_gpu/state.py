@@ -119,10 +119,13 @@ class MemoryState:
             derived = self.derive(sessions, emb)
         # nothing below fails on valid input
         self.version += 1
+        first = self.bank.n_sessions
         for sid, date, turns, meta in sessions:
-            self._times.append(np.full(len(turns), date, np.float64))
-            self._session_of.append(np.full(len(turns), self.bank.add_session(sid, date, turns), np.int64))
+            self.bank.add_session(sid, date, turns)
             self.metadata.append(dict(meta))
+        counts = [len(turns) for _, _, turns, _ in sessions]
+        self._times.append(np.repeat(np.asarray([date for _, date, _, _ in sessions], np.float64), counts))
+        self._session_of.append(np.repeat(np.arange(first, first + len(sessions), dtype=np.int64), counts))
         self.emb.append(emb)
         self.clue_emb.append(derived.clue_emb)
         self._has_time.append(derived.has_time)

@@ -152,6 +152,29 @@ def test_bm25_counts_selected_from_a_larger_count_equal_the_texts_added():
     assert first[:2] == sorted(first[:2]) and first.index("mill") < first.index("burn")
 
 
+def test_bm25_after_removals_equals_an_index_of_the_texts_left_and_keeps_no_trace():
+    from assomem_gpu.signals.lexical import BM25Index
+
+    texts = ["Zebras ran past the old mill.", "", "The mill burned in May.", "apples and zebras", "tea",
+             "Mills, mills and more mills!", "the a of", "quixotic walrus", "zebra tea"]
+    index, held = BM25Index(texts), list(range(len(texts)))
+    for drop in ([7], [0, 3], [1], [4, 5]):  # "quixotic walrus": terms only it holds leave
+        keep = np.asarray([i not in drop for i in held])
+        index.remove(keep)
+        held = [i for i in held if i not in drop]
+        fresh = BM25Index([texts[i] for i in held])
+
+        def by_term(bm25):  # the vocabulary keeps its order through a removal; a fresh one orders by first text
+            terms, counts = list(bm25.vocab), bm25.counts
+            return ([{terms[t]: c for t, c in zip(counts[r].indices, counts[r].data)} for r in range(counts.shape[0])],
+                    dict(zip(terms, bm25.array("df"))), bm25.array("lengths").tolist(), bm25.total_length)
+
+        assert by_term(index) == by_term(fresh)
+        assert np.array_equal(index.scores(["zebra mills", "tea in may"]), fresh.scores(["zebra mills", "tea in may"]))
+    assert "walrus" not in index.vocab and "quixot" not in index.vocab
+    assert not index._indices._buf[index._indices.n :].any() and not index._data._buf[index._data.n :].any()
+
+
 def test_mentions_time_searches_only_texts_with_an_expressions_cue_words():
     from assomem_gpu.signals.temporal import _EXPRESSIONS, mentions_time
 

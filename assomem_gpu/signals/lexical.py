@@ -29,7 +29,7 @@ class BM25Index:
 
     Tokens come from bm25s (English stop words, Snowball stemming). Texts are appended (``add``, O(the texts
     added): the term counts are an appendable CSR, document frequencies and lengths integer counts kept up to date)
-    and removed (``remove``, which rewrites them); a removed text's terms leave the vocabulary. Weights are made
+    and removed (``remove``, in place); a removed text's terms leave the vocabulary. Weights are made
     when a search reads them, for the texts it scores (``weights_of``), so they always equal those of an index built
     from the texts held; a query is its term counts (``query_terms``), a text's score the sum of its weights of the
     query's terms times their counts. Scoring only reads (thread-safe) and runs on numpy/scipy or CuPy/cupyx alike
@@ -119,14 +119,23 @@ class BM25Index:
         self.total_length += float(lengths.sum())
 
     def remove(self, keep: np.ndarray) -> None:
-        """Keep only the rows where ``keep`` is True; terms no text holds any more leave the vocabulary."""
-        counts = self.counts[np.flatnonzero(keep)]
-        df = np.diff(counts.tocsc().indptr).astype(np.float64)
+        """Keep only the rows where ``keep`` is True, in place (the buffers' freed rows zeroed); terms no text holds
+        any more leave the vocabulary (the others keep their order)."""
+        per_text = np.diff(self._indptr.view)
+        stays = np.repeat(keep, per_text)  # per stored count: its text stays
+        df = self._df.view
+        df -= np.bincount(self._indices.view[~stays], minlength=len(df))  # integer-valued: exact
+        self._data.keep(stays)
+        self._indices.keep(stays)
+        self._indptr = Rows(dtype=np.int64, data=np.concatenate([[0], np.cumsum(per_text[keep])]))
+        self.total_length -= float(self._lengths.view[~keep].sum())
+        self._lengths.keep(keep)
         used = df > 0
         if not used.all():
             self.vocab = {t: i for i, t in enumerate(t for t, u in zip(self.vocab, used) if u)}
-            counts, df = counts[:, np.flatnonzero(used)].tocsr(), df[used]
-        self._set(counts, df)
+            terms = self._indices.view
+            terms[:] = (np.cumsum(used) - 1)[terms]  # order-preserving: each text's terms stay sorted
+            self._df = Rows(dtype=np.float64, data=df[used])
 
     def _set(self, counts: sp.csr_matrix, df: np.ndarray) -> None:
         counts.sort_indices()
