@@ -391,8 +391,7 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
     fresh[changed // n], fresh[changed % n] = True, True
     clue_map = np.empty(g.n_clues, np.int64)
     clue_map[g.clues.labels] = clues.labels[: len(g.clues.labels)]
-    return _spliced(g, bank, pairs, clues, config, search, np.concatenate([np.arange(n_old), np.full(n - n_old, -1)]),
-                    clue_map, fresh)
+    return _spliced(g, bank, pairs, clues, config, search, np.arange(n_old), clue_map, fresh)
 
 
 def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_sessions: np.ndarray,
@@ -442,7 +441,7 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
     clue_map = np.full(g.n_clues, -1, np.int64)
     clue_map[g.clues.labels[keep_sessions]] = clues.labels
     clue_map[touched] = -1
-    return _spliced(g, bank, pairs, clues, config, search, np.flatnonzero(keep_utt), clue_map, fresh)
+    return _spliced(g, bank, pairs, clues, config, search, np.where(keep_utt, new_of, -1), clue_map, fresh)
 
 
 def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarray, config: GraphConfig) -> ClueState:
@@ -545,10 +544,10 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
-             search: UttSearch | None, old_of: np.ndarray, clue_map: np.ndarray, fresh: np.ndarray) -> MemoryGraph:
+             search: UttSearch | None, utt_map: np.ndarray, clue_map: np.ndarray, fresh: np.ndarray) -> MemoryGraph:
     """``assemble(bank, utt_pairs, clues, config, search)`` for ``g`` after a write, made from ``g``'s rows without
-    rebuilding the matrix (no speaker nodes). ``old_of``: each utterance's node in ``g`` (-1: a new one);
-    ``clue_map``: each of ``g``'s clues' new clue (read only for the rows copied); ``fresh``: the utterances whose
+    rebuilding the matrix (no speaker nodes). ``utt_map``: each of ``g``'s utterances' new node (-1: removed; the
+    kept ones come first, in their order, then the new ones); ``clue_map``: each of ``g``'s clues' new clue (read only for the rows copied); ``fresh``: the utterances whose
     rows the write changed (every new one; the ends of similarity pairs made or lost; those whose clue changed other
     than by its name).
 
@@ -561,10 +560,10 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
     off = bank.offset_array
     utt_clue = np.repeat(clues.labels, np.diff(off))
     rows_f = np.flatnonzero(fresh)
+    stays = utt_map >= 0
+    old_of = np.concatenate([np.flatnonzero(stays), np.full(n - int(stays.sum()), -1)])  # new utterance -> old
     was = old_of[rows_f]
     was = was[was >= 0]
-    utt_map = np.full(n_old, -1, np.int64)  # old utterance node -> new (-1: removed)
-    utt_map[old_of[old_of >= 0]] = np.flatnonzero(old_of >= 0)
     adj = g.adjacency
     near = adj.indices[_ranges(adj.indptr[was], adj.indptr[was + 1])]
     near = utt_map[near[near < n_old]]
@@ -606,22 +605,22 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
     c_indices[edge], c_data[edge] = n + cc.indices, cc.data
     f_indptr = np.concatenate([u_indptr, u_indptr[-1] + c_indptr[1:]])
     f_indices, f_data = np.concatenate([u_indices, c_indices]), np.concatenate([u_data, c_data])
-    copied = np.flatnonzero(~fresh)
     degree = np.empty(n + n_c)
-    degree[copied] = g.degree[old_of[copied]]
+    degree[: len(old_of)] = np.concatenate([g.degree[:n_old][stays], np.zeros(n - int(stays.sum()))])
     fresh_degree = _row_sums(sp.csr_matrix((f_data, f_indices, f_indptr), shape=(len(f_indptr) - 1, n + n_c)))
     degree[rows_f], degree[n:] = fresh_degree[: len(rows_f)], fresh_degree[len(rows_f) :]
     if (degree == 0).any():  # a lonely node keeps its mass through a self-loop: the full build makes that
         return assemble(bank, utt_pairs, clues, config, search)
-    source = np.empty(n + n_c, np.int64)
-    source[copied] = old_of[copied]
+    source = np.concatenate([old_of, np.zeros(n_c, np.int64)])  # utterances not fresh: their old rows
     source[rows_f] = -1 - np.arange(len(rows_f))
     source[n:] = -1 - len(rows_f) - np.arange(n_c)
     col_map = np.concatenate([utt_map, np.where(clue_map >= 0, n + clue_map, -1)])
     from .kernels.csr_splice import splice  # Numba loads on the first write, not on import
 
+    moved = np.flatnonzero(col_map != np.arange(len(col_map)))
     indptr, indices, data, scaled = splice(adj.indptr, adj.indices, adj.data, source, f_indptr, f_indices, f_data,
-                                           col_map, (1.0 / degree).astype(np.float32))
+                                           col_map, (1.0 / degree).astype(np.float32),
+                                           int(moved[0]) if len(moved) else len(col_map))
     shape = (n + n_c, n + n_c)
     return MemoryGraph(utt_clue, clues.emb, _csr(data, indices, indptr, shape), 0, utt_pairs, clues, search,
                        by_clue, degree, _csr(scaled, indices, indptr, shape))

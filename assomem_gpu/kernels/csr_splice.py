@@ -15,14 +15,16 @@ from .parallel import call_parallel
 
 
 @njit(parallel=True, cache=True)
-def _splice(old_indptr, old_indices, old_data, source, fresh_indptr, fresh_indices, fresh_data, col_map, inv,
-            indptr, indices, data, scaled):
+def _splice(old_indptr, old_indices, old_data, source, fresh_indptr, fresh_indices, fresh_data, col_map, same,
+            inv, indptr, indices, data, scaled):
     for r in prange(indptr.shape[0] - 1):
         at = indptr[r]
         s = source[r]
         if s >= 0:
             for k in range(old_indptr[s], old_indptr[s + 1]):
-                c = col_map[old_indices[k]]
+                c = old_indices[k]
+                if c >= same:
+                    c = col_map[c]
                 v = old_data[k]
                 indices[at] = c
                 data[at] = v
@@ -41,24 +43,26 @@ def _splice(old_indptr, old_indices, old_data, source, fresh_indptr, fresh_indic
 
 def splice(old_indptr: np.ndarray, old_indices: np.ndarray, old_data: np.ndarray, source: np.ndarray,
            fresh_indptr: np.ndarray, fresh_indices: np.ndarray, fresh_data: np.ndarray, col_map: np.ndarray,
-           inv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+           inv: np.ndarray, same: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The rows of a new CSR matrix and their values scaled by ``inv`` of their column: (indptr, indices, data,
     scaled), int64 / int64 / float32 / float32.
 
     Row ``r`` is the old matrix's row ``source[r]`` when that is >= 0, its columns renamed by ``col_map`` (old node
-    -> new node); else the fresh row ``-source[r] - 1``. ``inv`` (float32) is indexed by new column. Copied rows keep
+    -> new node; the columns below ``same`` keep their number, which spares most of the lookups); else the fresh row
+    ``-source[r] - 1``. ``inv`` (float32) is indexed by new column. Copied rows keep
     their order, so a row whose renamed columns would no longer ascend (or that has a column with no new node) must
     be given fresh.
     """
-    lengths = np.where(source >= 0, np.diff(old_indptr)[np.maximum(source, 0)],
-                       np.diff(fresh_indptr)[np.maximum(-source - 1, 0)])
+    old = source >= 0
     indptr = np.zeros(len(source) + 1, np.int64)
-    np.cumsum(lengths, out=indptr[1:])
+    indptr[1:][old] = np.diff(old_indptr)[source[old]]
+    indptr[1:][~old] = np.diff(fresh_indptr)[-source[~old] - 1]
+    np.cumsum(indptr, out=indptr)
     nnz = int(indptr[-1])
     indices, data, scaled = np.empty(nnz, np.int64), np.empty(nnz, np.float32), np.empty(nnz, np.float32)
     call_parallel(_splice, old_indptr, old_indices, old_data.astype(np.float32, copy=False),
                   np.ascontiguousarray(source, np.int64), fresh_indptr.astype(np.int64, copy=False),
                   fresh_indices.astype(np.int64, copy=False), fresh_data.astype(np.float32, copy=False),
-                  np.ascontiguousarray(col_map, np.int64), np.ascontiguousarray(inv, np.float32),
+                  np.ascontiguousarray(col_map, np.int64), same, np.ascontiguousarray(inv, np.float32),
                   indptr, indices, data, scaled)
     return indptr, indices, data, scaled
