@@ -87,8 +87,7 @@ class UttSearch:
     def members_of(self, lists: np.ndarray) -> np.ndarray:
         """The rows (int64) of these lists, list by list, ascending within each."""
         order, bounds = self.lists
-        lo, hi = bounds[lists], bounds[lists + 1]
-        return order[np.repeat(lo - np.cumsum(hi - lo) + (hi - lo), hi - lo) + np.arange(int((hi - lo).sum()))]
+        return order[_ranges(bounds[lists], bounds[lists + 1])]
 
 
 @dataclass
@@ -136,10 +135,7 @@ class MemoryGraph:
         seen[seeds] = True
         frontier = np.flatnonzero(seen)
         for _ in range(hops):
-            starts, ends = indptr[frontier], indptr[frontier + 1]
-            lengths = ends - starts
-            at = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
-            found = indices[at]
+            found = indices[_ranges(indptr[frontier], indptr[frontier + 1])]
             fresh[found[~seen[found]]] = True  # a mask, not a sort, makes the next frontier distinct
             frontier = np.flatnonzero(fresh)
             if len(frontier) == 0:
@@ -359,7 +355,9 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
     new = np.arange(n_old, n)
     radius = config.gamma - 1e-4
     search = g.search
-    if search is None:
+    if config.max_neighbors < 1:  # no similarity edges (no importance signal): nothing to search
+        fr = fc = br = bc = np.zeros(0, np.int64)
+    elif search is None:
         new_r, all_c = np.nonzero(np.ascontiguousarray(utt_emb[n_old:]) @ utt_emb.T > radius)
         fr, fc = n_old + new_r, all_c
         back = fc < n_old

@@ -139,15 +139,18 @@ class MemoryIndex:
     # ---- what it holds -------------------------------------------------------------------------------------------
     def __len__(self) -> int:
         """Sessions held."""
-        return self._state.bank.n_sessions
+        with self._lock.read():  # a removal edits the bank in place
+            return self._state.bank.n_sessions
 
     @property
     def n_utterances(self) -> int:
-        return self._state.n_utterances
+        with self._lock.read():
+            return self._state.n_utterances
 
     @property
     def session_ids(self) -> list[str]:
-        return list(self._state.bank.session_ids)
+        with self._lock.read():
+            return list(self._state.bank.session_ids)
 
     def get_session(self, session_id: str) -> Session:
         """The session as held (its date as POSIX seconds, exactly as stored; NaN when undated). ``KeyError`` if

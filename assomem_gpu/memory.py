@@ -7,9 +7,13 @@ bank's arrays; everything downstream addresses them by row index, and only expor
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import compress
 from typing import Iterable, Sequence
 
 import numpy as np
+
+
+SLICED_REMOVALS = 8  # ``MemoryBank.remove`` of up to this many sessions deletes slices; more, one pass
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class MemoryBank:
 
     @property
     def offset_array(self) -> np.ndarray:
-        """``offsets`` as an int64 array (remade after sessions were added; ``offsets`` only ever grows)."""
+        """``offsets`` as an int64 array (remade after sessions were added; ``remove`` and ``reindex`` remake it)."""
         if len(self._offset_array) != len(self.offsets):
             self._offset_array = np.asarray(self.offsets, dtype=np.int64)
         return self._offset_array
@@ -79,6 +83,7 @@ class MemoryBank:
         """Remake the id lookups from the columns (after they were set directly); returns the bank."""
         self._by_id = {sid: i for i, sid in enumerate(self.session_ids)}
         self._utt_ids = set(self.utt_ids)
+        self._offset_array = np.asarray(self.offsets, np.int64)
         return self
 
     def add_session(self, session_id: str, date: float, turns: Sequence[tuple[str, str, str]]) -> int:
@@ -118,15 +123,28 @@ class MemoryBank:
         return out.reindex()
 
     def remove(self, sessions: np.ndarray) -> None:
-        """Drop these session rows (distinct) in place: each is a slice deleted from the columns (a move of the
-        pointers after it), so a small removal from a large bank is not a copy of its lists."""
+        """Drop these session rows (distinct) in place. A few are slices deleted from the columns (a move of the
+        pointers after each), so a small removal from a large bank is not a copy of its lists; many, one pass."""
+        sessions = np.asarray(sessions, np.int64)
         unique = len(self._utt_ids) == self.n_utterances
-        for s in sorted(np.asarray(sessions, np.int64).tolist(), reverse=True):
-            lo, hi = self.offsets[s], self.offsets[s + 1]
+        if len(sessions) > SLICED_REMOVALS:
+            keep_s = np.ones(self.n_sessions, bool)
+            keep_s[sessions] = False
+            keep = np.repeat(keep_s, np.diff(self.offset_array)).tolist()
+            gone = list(compress(self.utt_ids, [not k for k in keep]))
+            self.utt_ids, self.utt_speakers, self.utt_texts = (list(compress(column, keep)) for column in
+                                                               (self.utt_ids, self.utt_speakers, self.utt_texts))
+            self.session_ids = list(compress(self.session_ids, keep_s.tolist()))
+            self.session_dates = list(compress(self.session_dates, keep_s.tolist()))
             if unique:
-                self._utt_ids.difference_update(self.utt_ids[lo:hi])
-            del self.utt_ids[lo:hi], self.utt_speakers[lo:hi], self.utt_texts[lo:hi]
-            del self.session_ids[s], self.session_dates[s]
+                self._utt_ids.difference_update(gone)
+        else:
+            for s in sorted(sessions.tolist(), reverse=True):
+                lo, hi = self.offsets[s], self.offsets[s + 1]
+                if unique:
+                    self._utt_ids.difference_update(self.utt_ids[lo:hi])
+                del self.utt_ids[lo:hi], self.utt_speakers[lo:hi], self.utt_texts[lo:hi]
+                del self.session_ids[s], self.session_dates[s]
         self.offsets = [0, *np.cumsum(np.delete(np.diff(self.offset_array), sessions)).tolist()]
         self._offset_array = np.asarray(self.offsets, np.int64)
         self._by_id = {sid: i for i, sid in enumerate(self.session_ids)}

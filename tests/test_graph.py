@@ -215,6 +215,7 @@ def assert_same_graph(a, b):
     if a.search is not None:
         assert np.array_equal(a.search.codebook.centroids, b.search.codebook.centroids)
         assert np.array_equal(a.search.probe, b.search.probe)
+        assert all(np.array_equal(x, y) for x, y in zip(a.search.lists, b.search.lists))  # grown by insertion
 
 
 def test_ivf_graph_grown_equals_built_across_codebook_doublings():
@@ -267,6 +268,44 @@ def test_a_graph_grown_and_shrunk_equals_the_build_to_the_bit(config):
         codebook = None if g.search is None else g.search.codebook
         assert_same_graph(g, build_graph(kept, emb[rows], clue[sessions], config, codebook=codebook))
     assert split or config.delta > 0.5  # a clue that lost a session fell apart: its utterances' rows were made again
+
+
+@pytest.mark.parametrize("config", [GraphConfig(gamma=-0.2, delta=0.5, max_neighbors=2),
+                                    GraphConfig(max_neighbors=0, adjacency_weight=0.0, delta=0.5)])
+def test_writes_with_empty_sessions_and_edge_settings_equal_the_build_to_the_bit(config):
+    """Sessions without turns (a clue node with no member: lonely unless a clue edge reaches it), negative
+    similarity thresholds (edges of negative weight) and no similarity edges at all."""
+    from assomem_gpu.graph import grow_graph, shrink_graph
+    from assomem_gpu.memory import MemoryBank
+
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(0, 4, size=30)
+    sizes[[0, 7, 8]] = 0
+    emb = unit(rng.normal(size=(int(sizes.sum()), 16)))
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    clue = unit(rng.normal(size=(30, 16)))
+
+    def bank(sessions):
+        b = MemoryBank()
+        for s in sessions:
+            b.add_session(f"s{s}", 0.0, [(f"s{s}:{t}", "user", "x") for t in range(sizes[s])])
+        return b
+
+    def rows(sessions):
+        return np.concatenate([np.arange(offsets[s], offsets[s + 1]) for s in sessions]).astype(np.int64)
+
+    held = [0, 1]
+    g = build_graph(bank(held), emb[rows(held)], clue[held], config)
+    for s in range(2, 30):
+        held.append(s)
+        g = grow_graph(g, bank(held), emb[rows(held)], clue[held], config)
+        assert_same_graph(g, build_graph(bank(held), emb[rows(held)], clue[held], config))
+    for drop in ([7], [3, 8, 20], [0]):
+        keep_s = np.asarray([s not in drop for s in held])
+        keep_u = np.repeat(keep_s, sizes[held])
+        held = [s for s in held if s not in drop]
+        g = shrink_graph(g, bank(held), keep_u, keep_s, emb[rows(held)], clue[held], config)
+        assert_same_graph(g, build_graph(bank(held), emb[rows(held)], clue[held], config))
 
 
 def test_ivf_graph_shrunk_equals_built_with_its_codebook_and_finds_most_edges():

@@ -92,6 +92,20 @@ def test_adds_and_removes_equal_a_fresh_build(clue_mode, clues):
     assert_same(grown, fresh)
 
 
+@pytest.mark.parametrize("drop", [[3], [0, 5, 29], list(range(1, 30, 2))])  # slices, and one pass past 8
+def test_a_bank_removal_in_place_equals_a_selection_of_the_rest(drop):
+    from assomem_gpu.memory import MemoryBank
+
+    bank = MemoryBank()
+    for s in random_sessions(1, 30):
+        bank.add_session(s.id, s.date, [(f"{s.id}:{t}", u.speaker, u.text) for t, u in enumerate(s.utterances)])
+    rest = bank.select([s for s in range(30) if s not in drop])
+    removed = {u for s in drop for u in bank.utt_ids[bank.offsets[s] : bank.offsets[s + 1]]}
+    bank.remove(np.asarray(drop))
+    assert bank == rest and np.array_equal(bank.offset_array, rest.offset_array)
+    assert not any(bank.holds_utterance(u) for u in removed) and all(bank.holds_utterance(u) for u in bank.utt_ids)
+
+
 def test_nothing_of_a_removed_session_stays_reachable():
     index = make_index()
     index.add_sessions(random_sessions(1, 6))

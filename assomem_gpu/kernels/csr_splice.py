@@ -20,25 +20,20 @@ def _splice(old_indptr, old_indices, old_data, source, fresh_indptr, fresh_indic
     for r in prange(indptr.shape[0] - 1):
         at = indptr[r]
         s = source[r]
-        if s >= 0:
-            for k in range(old_indptr[s], old_indptr[s + 1]):
-                c = old_indices[k]
-                if c >= same:
-                    c = col_map[c]
-                v = old_data[k]
-                indices[at] = c
-                data[at] = v
-                scaled[at] = v * inv[c]
-                at += 1
+        if s >= 0:  # an old row: its columns from ``same`` on renamed
+            ind, dat, lo, hi, cut = old_indices, old_data, old_indptr[s], old_indptr[s + 1], same
         else:
             f = -s - 1
-            for k in range(fresh_indptr[f], fresh_indptr[f + 1]):
-                c = fresh_indices[k]
-                v = fresh_data[k]
-                indices[at] = c
-                data[at] = v
-                scaled[at] = v * inv[c]
-                at += 1
+            ind, dat, lo, hi, cut = fresh_indices, fresh_data, fresh_indptr[f], fresh_indptr[f + 1], inv.shape[0]
+        for k in range(lo, hi):
+            c = ind[k]
+            if c >= cut:
+                c = col_map[c]
+            v = dat[k]
+            indices[at] = c
+            data[at] = v
+            scaled[at] = v * inv[c]
+            at += 1
 
 
 def splice(old_indptr: np.ndarray, old_indices: np.ndarray, old_data: np.ndarray, source: np.ndarray,

@@ -104,4 +104,3 @@ def rows_probing(probe: np.ndarray, lists: np.ndarray) -> np.ndarray:
     out = np.empty(len(probe), np.bool_)
     call_parallel(_probing, np.ascontiguousarray(probe), np.ascontiguousarray(lists, np.bool_), out)
     return np.flatnonzero(out)
-
