@@ -545,21 +545,54 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
              search: UttSearch | None, utt_map: np.ndarray, clue_map: np.ndarray, fresh: np.ndarray) -> MemoryGraph:
     """``assemble(bank, utt_pairs, clues, config, search)`` for ``g`` after a write, made from ``g``'s rows without
     rebuilding the matrix (no speaker nodes). ``utt_map``: each of ``g``'s utterances' new node (-1: removed; the
-    kept ones come first, in their order, then the new ones); ``clue_map``: each of ``g``'s clues' new clue (read only for the rows copied); ``fresh``: the utterances whose
-    rows the write changed (every new one; the ends of similarity pairs made or lost; those whose clue changed other
-    than by its name).
+    kept ones come first, in their order, then the new ones); ``clue_map``: each of ``g``'s clues' new clue (read
+    only for the rows copied); ``fresh``: the utterances whose rows the write changed (every new one; the ends of
+    similarity pairs made or lost; those whose clue changed other than by its name).
 
-    The clue rows are all made again (their members are a pass over the utterances, and a write renames them). Every
-    other utterance row is the old one, its columns renamed. A fresh utterance row is made from the directed edges
-    that touch it: the lists of the fresh rows and of their old neighbours (a pair into a fresh row from a row that
-    kept its list is an old edge), and the turns beside it.
+    Fresh utterance rows come from ``_utterance_rows``, the clue rows are all made again (``_clue_rows``), and every
+    other utterance row is the old one, its columns renamed (``kernels/csr_splice.py``, which also writes the
+    transition's values: degrees of copied rows are kept).
     """
     n_old, n, n_c = g.n_utt, bank.n_utterances, len(clues.emb)
-    off = bank.offset_array
-    utt_clue = np.repeat(clues.labels, np.diff(off))
-    rows_f = np.flatnonzero(fresh)
+    utt_clue = np.repeat(clues.labels, np.diff(bank.offset_array))
     stays = utt_map >= 0
     old_of = np.concatenate([np.flatnonzero(stays), np.full(n - int(stays.sum()), -1)])  # new utterance -> old
+    rows_f = np.flatnonzero(fresh)
+    u_indptr, u_indices, u_data = _utterance_rows(g, bank, utt_pairs, config, utt_map, old_of, fresh, utt_clue)
+    c_indptr, c_indices, c_data, by_clue = _clue_rows(bank, clues, config)
+    f_indptr = np.concatenate([u_indptr, u_indptr[-1] + c_indptr[1:]])
+    f_indices, f_data = np.concatenate([u_indices, c_indices]), np.concatenate([u_data, c_data])
+    degree = np.empty(n + n_c)
+    degree[:n] = np.concatenate([g.degree[:n_old][stays], np.zeros(n - int(stays.sum()))])
+    fresh_degree = _row_sums(sp.csr_matrix((f_data, f_indices, f_indptr), shape=(len(f_indptr) - 1, n + n_c)))
+    degree[rows_f], degree[n:] = fresh_degree[: len(rows_f)], fresh_degree[len(rows_f) :]
+    if (degree == 0).any():  # a lonely node keeps its mass through a self-loop: the full build makes that
+        return assemble(bank, utt_pairs, clues, config, search)
+    source = np.concatenate([old_of, np.zeros(n_c, np.int64)])  # utterances not fresh: their old rows
+    source[rows_f] = -1 - np.arange(len(rows_f))
+    source[n:] = -1 - len(rows_f) - np.arange(n_c)
+    col_map = np.concatenate([utt_map, np.where(clue_map >= 0, n + clue_map, -1)])
+    moved = np.flatnonzero(col_map != np.arange(len(col_map)))
+    from .kernels.csr_splice import splice  # Numba loads on the first write, not on import
+
+    adj = g.adjacency
+    indptr, indices, data, scaled = splice(adj.indptr, adj.indices, adj.data, source, f_indptr, f_indices, f_data,
+                                           col_map, (1.0 / degree).astype(np.float32),
+                                           int(moved[0]) if len(moved) else len(col_map))
+    shape = (n + n_c, n + n_c)
+    return MemoryGraph(utt_clue, clues.emb, _csr(data, indices, indptr, shape), 0, utt_pairs, clues, search,
+                       by_clue, degree, _csr(scaled, indices, indptr, shape))
+
+
+def _utterance_rows(g: MemoryGraph, bank: MemoryBank, utt_pairs, config: GraphConfig, utt_map: np.ndarray,
+                    old_of: np.ndarray, fresh: np.ndarray, utt_clue: np.ndarray):
+    """The rows (CSR: indptr, int64 indices, float32 data) of the ``fresh`` utterances (new numbering), as
+    ``assemble`` makes them: their similarity and turn edges, then the ownership edge (clue nodes follow the
+    utterances). Made from the directed edges that touch them: the lists of the fresh rows and of their old
+    neighbours (a pair into a fresh row from a row that kept its list is an old edge), and the turns beside them."""
+    n_old, n = g.n_utt, bank.n_utterances
+    off = bank.offset_array
+    rows_f = np.flatnonzero(fresh)
     was = old_of[rows_f]
     was = was[was >= 0]
     adj = g.adjacency
@@ -580,45 +613,27 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
     ids = np.unique(np.concatenate([r, c, rows_f]))  # the nodes involved, renumbered in order: rows stay sorted
     sym = _symmetric(np.searchsorted(ids, r), np.searchsorted(ids, c), np.concatenate(v).astype(np.float32),
                      len(ids))[np.searchsorted(ids, rows_f)]
-    counts = np.diff(sym.indptr) + 1  # and the ownership edge, last (clue nodes follow the utterances)
-    u_indptr = np.concatenate([[0], np.cumsum(counts)])
-    u_indices, u_data = np.empty(u_indptr[-1], np.int64), np.empty(u_indptr[-1], np.float32)
-    own = u_indptr[1:] - 1
-    inner = np.ones(len(u_indices), bool)
+    indptr = np.concatenate([[0], np.cumsum(np.diff(sym.indptr) + 1)])  # and the ownership edge, last
+    indices, data = np.empty(indptr[-1], np.int64), np.empty(indptr[-1], np.float32)
+    own = indptr[1:] - 1
+    inner = np.ones(len(indices), bool)
     inner[own] = False
-    u_indices[inner], u_data[inner] = ids[sym.indices], sym.data
-    u_indices[own], u_data[own] = n + utt_clue[rows_f], 1.0
-    # clue rows: members (ascending), then the clue–clue edges
-    ci, cj, cv = select_top(*clues.candidates, config.gamma, config.max_neighbors)
-    cc = _symmetric(ci, cj, cv, n_c)
-    by_clue = _by_clue(bank, clues.labels)
-    sizes = np.bincount(clues.labels, weights=np.diff(off), minlength=n_c).astype(np.int64)
-    c_counts = sizes + np.diff(cc.indptr)
-    c_indptr = np.concatenate([[0], np.cumsum(c_counts)])
-    c_indices, c_data = np.empty(c_indptr[-1], np.int64), np.empty(c_indptr[-1], np.float32)
-    starts = np.cumsum(sizes) - sizes
-    mem = np.repeat(c_indptr[:-1] - starts, sizes) + np.arange(n, dtype=np.int64)
-    c_indices[mem], c_data[mem] = by_clue, 1.0
-    edge = np.repeat(c_indptr[:-1] + sizes - cc.indptr[:-1], np.diff(cc.indptr)) + np.arange(cc.nnz, dtype=np.int64)
-    c_indices[edge], c_data[edge] = n + cc.indices, cc.data
-    f_indptr = np.concatenate([u_indptr, u_indptr[-1] + c_indptr[1:]])
-    f_indices, f_data = np.concatenate([u_indices, c_indices]), np.concatenate([u_data, c_data])
-    degree = np.empty(n + n_c)
-    degree[: len(old_of)] = np.concatenate([g.degree[:n_old][stays], np.zeros(n - int(stays.sum()))])
-    fresh_degree = _row_sums(sp.csr_matrix((f_data, f_indices, f_indptr), shape=(len(f_indptr) - 1, n + n_c)))
-    degree[rows_f], degree[n:] = fresh_degree[: len(rows_f)], fresh_degree[len(rows_f) :]
-    if (degree == 0).any():  # a lonely node keeps its mass through a self-loop: the full build makes that
-        return assemble(bank, utt_pairs, clues, config, search)
-    source = np.concatenate([old_of, np.zeros(n_c, np.int64)])  # utterances not fresh: their old rows
-    source[rows_f] = -1 - np.arange(len(rows_f))
-    source[n:] = -1 - len(rows_f) - np.arange(n_c)
-    col_map = np.concatenate([utt_map, np.where(clue_map >= 0, n + clue_map, -1)])
-    from .kernels.csr_splice import splice  # Numba loads on the first write, not on import
+    indices[inner], data[inner] = ids[sym.indices], sym.data
+    indices[own], data[own] = n + utt_clue[rows_f], 1.0
+    return indptr, indices, data
 
-    moved = np.flatnonzero(col_map != np.arange(len(col_map)))
-    indptr, indices, data, scaled = splice(adj.indptr, adj.indices, adj.data, source, f_indptr, f_indices, f_data,
-                                           col_map, (1.0 / degree).astype(np.float32),
-                                           int(moved[0]) if len(moved) else len(col_map))
-    shape = (n + n_c, n + n_c)
-    return MemoryGraph(utt_clue, clues.emb, _csr(data, indices, indptr, shape), 0, utt_pairs, clues, search,
-                       by_clue, degree, _csr(scaled, indices, indptr, shape))
+
+def _clue_rows(bank: MemoryBank, clues: ClueState, config: GraphConfig):
+    """Every clue node's row (CSR: indptr, int64 indices, float32 data, as ``assemble`` makes them): its members
+    (ascending), then its clue–clue edges; and ``by_clue``, the members of each clue in turn."""
+    n, n_c = bank.n_utterances, len(clues.emb)
+    cc = _symmetric(*select_top(*clues.candidates, config.gamma, config.max_neighbors), n_c)
+    by_clue = _by_clue(bank, clues.labels)
+    sizes = np.bincount(clues.labels, weights=np.diff(bank.offset_array), minlength=n_c).astype(np.int64)
+    indptr = np.concatenate([[0], np.cumsum(sizes + np.diff(cc.indptr))])
+    indices, data = np.empty(indptr[-1], np.int64), np.empty(indptr[-1], np.float32)
+    members = np.repeat(indptr[:-1] - (np.cumsum(sizes) - sizes), sizes) + np.arange(n, dtype=np.int64)
+    indices[members], data[members] = by_clue, 1.0
+    edges = np.repeat(indptr[:-1] + sizes - cc.indptr[:-1], np.diff(cc.indptr)) + np.arange(cc.nnz, dtype=np.int64)
+    indices[edges], data[edges] = n + cc.indices, cc.data
+    return indptr, indices, data, by_clue
