@@ -44,9 +44,9 @@ def splice(old_indptr: np.ndarray, old_indices: np.ndarray, old_data: np.ndarray
 
     Row ``r`` is the old matrix's row ``source[r]`` when that is >= 0, its columns renamed by ``col_map`` (old node
     -> new node; the columns below ``same`` keep their number, which spares most of the lookups); else the fresh row
-    ``-source[r] - 1``. ``inv`` (float32) is indexed by new column. Copied rows keep
-    their order, so a row whose renamed columns would no longer ascend (or that has a column with no new node) must
-    be given fresh.
+    ``-source[r] - 1``, whose columns are new nodes already. ``inv`` (float32) is indexed by new column. Copied rows
+    keep their order, so a row whose renamed columns would no longer ascend (or that has a column with no new node)
+    must be given fresh.
     """
     old = source >= 0
     indptr = np.zeros(len(source) + 1, np.int64)
