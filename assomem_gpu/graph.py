@@ -84,6 +84,15 @@ class UttSearch:
         bounds = bounds + np.concatenate([[0], np.cumsum(np.bincount(own, minlength=self.codebook.n_lists))])
         return UttSearch(self.codebook, np.concatenate([self.probe, probe]), (order, bounds))
 
+    def kept(self, keep: np.ndarray) -> "UttSearch":
+        """This search without the rows where ``keep`` is False: the lists filtered and renumbered (rows still
+        ascend in each), not sorted again."""
+        order, bounds = self.lists
+        stay = keep[order]
+        held = np.repeat(np.arange(self.codebook.n_lists), np.diff(bounds))[stay]  # each kept member's list
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(held, minlength=self.codebook.n_lists))])
+        return UttSearch(self.codebook, self.probe[keep], ((np.cumsum(keep) - 1)[order[stay]], bounds))
+
     def members_of(self, lists: np.ndarray) -> np.ndarray:
         """The rows (int64) of these lists, list by list, ascending within each."""
         order, bounds = self.lists
@@ -414,7 +423,7 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
         r, c = np.nonzero(np.ascontiguousarray(utt_emb[redo]) @ utt_emb.T > radius)
         r = redo[r]
     else:
-        search = UttSearch(search.codebook, search.probe[keep_utt])
+        search = search.kept(keep_utt)
         r, c = ivf.candidate_pairs(utt_emb, search.probe, redo, np.arange(len(utt_emb)), radius,
                                     config.max_neighbors)
     top = select_top(r, c, exact_cosines(utt_emb, r, c), config.gamma, config.max_neighbors)
