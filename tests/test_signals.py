@@ -1,3 +1,4 @@
+import gc
 import math
 
 import networkx as nx
@@ -157,10 +158,15 @@ def test_bm25_after_removals_equals_an_index_of_the_texts_left_and_keeps_no_trac
 
     texts = ["Zebras ran past the old mill.", "", "The mill burned in May.", "apples and zebras", "tea",
              "Mills, mills and more mills!", "the a of", "quixotic walrus", "zebra tea"]
+    def stemmed(bm25):  # the words PyStemmer's cache holds (recently stemmed ones)
+        return {w for o in gc.get_referents(bm25._stemmer) if isinstance(o, dict) for w in o}
+
     index, held = BM25Index(texts), list(range(len(texts)))
+    assert b"walrus" in stemmed(index)
     for drop in ([7], [0, 3], [1], [4, 5]):  # "quixotic walrus": terms only it holds leave
         keep = np.asarray([i not in drop for i in held])
         index.remove(keep)
+        assert not stemmed(index)
         held = [i for i in held if i not in drop]
         fresh = BM25Index([texts[i] for i in held])
 

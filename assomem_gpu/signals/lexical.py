@@ -120,7 +120,7 @@ class BM25Index:
 
     def remove(self, keep: np.ndarray) -> None:
         """Keep only the rows where ``keep`` is True, in place (the buffers' freed rows zeroed); terms no text holds
-        any more leave the vocabulary (the others keep their order)."""
+        any more leave the vocabulary (the others keep their order), and the stemmer forgets the words it saw."""
         per_text = np.diff(self._indptr.view)
         stays = np.repeat(keep, per_text)  # per stored count: its text stays
         df = self._df.view
@@ -130,6 +130,9 @@ class BM25Index:
         self._indptr = Rows(dtype=np.int64, data=np.concatenate([[0], np.cumsum(per_text[keep])]))
         self.total_length -= float(self._lengths.view[~keep].sum())
         self._lengths.keep(keep)
+        size = self._stemmer.maxCacheSize  # PyStemmer keeps recently stemmed words; 0 empties its cache
+        self._stemmer.maxCacheSize = 0
+        self._stemmer.maxCacheSize = size
         used = df > 0
         if not used.all():
             self.vocab = {t: i for i, t in enumerate(t for t, u in zip(self.vocab, used) if u)}
