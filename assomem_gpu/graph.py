@@ -118,7 +118,7 @@ class MemoryGraph:
         if self.by_clue is None:
             self.by_clue = np.argsort(self.utt_clue, kind="stable")
         if self.degree is None:
-            self.degree = _row_sums(self.adjacency)
+            self.degree = _row_sums(self.adjacency.indptr, self.adjacency.data)
         self.clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
         self.owning = np.flatnonzero(self.clue_sizes > 0)  # clues that own an utterance (a session may have none)
         self.owning_starts = (np.cumsum(self.clue_sizes) - self.clue_sizes)[self.owning]  # where each starts in by_clue
@@ -160,7 +160,7 @@ class MemoryGraph:
         lonely = np.flatnonzero(deg == 0)
         if len(lonely):
             adj = (adj + sp.csr_matrix((np.ones(len(lonely), np.float32), (lonely, lonely)), shape=adj.shape)).tocsr()
-            deg = _row_sums(adj)
+            deg = _row_sums(adj.indptr, adj.data)
         return _csr(adj.data * (1.0 / deg).astype(np.float32)[adj.indices], adj.indices, adj.indptr, adj.shape)
 
 
@@ -172,12 +172,12 @@ def _csr(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple
     return m
 
 
-def _row_sums(m: sp.csr_matrix) -> np.ndarray:
-    """float64 sum of each row's stored values (0 for an empty row)."""
-    out = np.zeros(m.shape[0])
-    full = np.flatnonzero(np.diff(m.indptr) > 0)
+def _row_sums(indptr: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """float64 sum of each row's stored values of a CSR matrix (0 for an empty row)."""
+    out = np.zeros(len(indptr) - 1)
+    full = np.flatnonzero(np.diff(indptr) > 0)
     if len(full):  # consecutive starts of non-empty rows bound each one's values
-        out[full] = np.add.reduceat(m.data.astype(np.float64), m.indptr[full])
+        out[full] = np.add.reduceat(data.astype(np.float64), indptr[full])
     return out
 
 
@@ -573,7 +573,7 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
     f_indices, f_data = np.concatenate([u_indices, c_indices]), np.concatenate([u_data, c_data])
     degree = np.empty(n + n_c)
     degree[:n] = np.concatenate([g.degree[:n_old][stays], np.zeros(n - int(stays.sum()))])
-    fresh_degree = _row_sums(sp.csr_matrix((f_data, f_indices, f_indptr), shape=(len(f_indptr) - 1, n + n_c)))
+    fresh_degree = _row_sums(f_indptr, f_data)
     degree[rows_f], degree[n:] = fresh_degree[: len(rows_f)], fresh_degree[len(rows_f) :]
     if (degree == 0).any():  # a lonely node keeps its mass through a self-loop: the full build makes that
         return assemble(bank, utt_pairs, clues, config, search)
