@@ -134,7 +134,12 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                 break
             chosen.append(c)
             count += int((utt_clue == c).sum())
-        local = np.array([i for i in range(len(utterances)) if utt_clue[i] in chosen])
+        local = [i for i in range(len(utterances)) if utt_clue[i] in chosen]
+        if "lexical" in cfg.signals and cfg.lexical_pool:  # the BM25 top of the memory joins them
+            bm25 = _bm25(graphs, ds, q.memory, utterances).scores([q.text])[0]
+            local = sorted(set(local) | {i for i in np.argsort(-bm25, kind="stable")[: cfg.lexical_pool]
+                                         if bm25[i] > 0})
+        local = np.asarray(local, np.int64)
     else:
         local = np.arange(len(utterances))
     columns, active = [], []
@@ -150,10 +155,7 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
             r = reference_ppr(g, t, cfg.damping, *((0.0, cfg.ppr_hops) if cfg.ppr_hops else (cfg.tol, cfg.max_iter)))
             col = np.log(np.maximum(r[local], 1e-30))
         elif name == "lexical":
-            if ("bm25", q.memory) not in graphs:
-                texts = ds.bank.encoded_texts()
-                graphs[("bm25", q.memory)] = BM25Index([texts[i] for i in utterances])
-            col = graphs[("bm25", q.memory)].scores([q.text])[0][local]
+            col = _bm25(graphs, ds, q.memory, utterances).scores([q.text])[0][local]
         elif name == "context":  # each candidate's neighbouring turns of its session, summed and normalised
             session = ds.bank.utt_session()[utterances]
             col = []
@@ -180,3 +182,10 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
         ranked += [int(utterances[i]) for i in sorted(rest, key=lambda i: (-rel[i], i))]
     return ranked[:k]
 
+
+def _bm25(graphs: dict, ds, memory: int, utterances: np.ndarray) -> BM25Index:
+    """The memory's BM25 index over its utterances (cached in ``graphs``)."""
+    if ("bm25", memory) not in graphs:
+        texts = ds.bank.encoded_texts()
+        graphs[("bm25", memory)] = BM25Index([texts[i] for i in utterances])
+    return graphs[("bm25", memory)]

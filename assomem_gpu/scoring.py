@@ -3,7 +3,8 @@ normalised signals (relevance, importance, temporal, lexical, context), padded t
 
 Every stage runs on the backend's arrays (``backend.xp``: numpy, or CuPy on the device, where the memory's
 embeddings, graph and BM25 weights are uploaded once per index version), so a batch stays where it is scored; only
-time expressions are read on the host, for the few questions that have one. The result does not depend on the
+time expressions, for the few questions that have one, and the BM25 top of each question that joins its candidates
+(``BM25Index.top``, a sparse product over its terms' postings) are computed on the host. The result does not depend on the
 fusion weights: calibration and cross-validation score once and fuse many times.
 """
 from __future__ import annotations
@@ -181,6 +182,11 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
         allowed = None if queries.allowed is None else backend.asarray(queries.allowed)
         rel = relevance(g, q, emb, queries, allowed, config, backend)
         cand, counts = candidates(g, q, rel.values, rel.rows, allowed, config, backend)
+        lex = state.lexical if "lexical" in config.signals else None
+        terms = None if lex is None else lex.query_terms(queries.texts)  # tokenised once, for the pool and BM25
+        if lex is not None and config.lexical_pool and config.clues and g.n_clues > 0:  # else all are candidates
+            pool = lex.top(queries.texts, config.lexical_pool, queries.allowed, terms)  # on the host (scipy)
+            cand, counts = _joined(cand, counts, backend.asarray(pool), g.n_utt, xp)
     valid = xp.arange(cand.shape[1]) < counts[:, None]
     at = xp.where(valid, cand, 0)  # padding reads row 0, then counts for nothing
     signals = xp.zeros(cand.shape + (n_sig,))
@@ -193,7 +199,7 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
                 signals[:, :, s] = xp.log(xp.maximum(ppr, 1e-30))
         elif name == "lexical":
             with stage("lexical"):
-                signals[:, :, s] = lexical(state, queries.texts, at, backend)
+                signals[:, :, s] = lexical(state, terms, at, backend)
         elif name == "context":
             with stage("context"):
                 norms = backend.resident(state.context, "view", state.version, lambda: state.context.view)
@@ -270,6 +276,19 @@ def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig,
     cand = xp.full((n_b, width), -1, np.int64)
     cand[qb, xp.arange(len(qb)) - starts_b[qb]] = cols
     return cand, counts
+
+
+def _joined(cand, counts, extra, n_utt: int, xp):
+    """Candidates (B, C) with each question's ``extra`` rows (-1: none) joined, ascending, -1 padded."""
+    valid = xp.arange(cand.shape[1]) < counts[:, None]
+    rows = xp.concatenate([xp.where(valid, cand, -1), extra], axis=1)
+    qb = xp.repeat(xp.arange(len(rows)), rows.shape[1])
+    key = xp.unique((qb * n_utt + rows.ravel())[rows.ravel() >= 0])
+    qb, cols = key // n_utt, key % n_utt
+    counts = xp.bincount(qb, minlength=len(rows))
+    out = xp.full((len(rows), int(counts.max()) if len(rows) else 0), -1, np.int64)
+    out[qb, xp.arange(len(qb)) - (xp.cumsum(counts) - counts)[qb]] = cols
+    return out, counts
 
 
 def _clue_order(score, sizes, config: AssoMemConfig, backend: Backend):
@@ -375,15 +394,15 @@ def _neighbourhoods(g: MemoryGraph, at: np.ndarray, valid: np.ndarray, part: np.
     return [pair for h, n in zip(halves, found) for pair in _neighbourhoods(g, at, valid, h, hops, n)]
 
 
-def lexical(state: MemoryState, texts: list[str], at, backend: Backend):
-    """BM25 scores (B, C) of the utterance rows ``at``: each candidate's weights of its question's terms times how
-    often the question holds them. The candidates' rows of the term counts (texts × terms, CSR) are gathered, each
-    nonzero finds its question's count of that term by a sorted search of ``question · n_terms + term``, and the
-    matches are weighted (``BM25Index.weights_of``)."""
+def lexical(state: MemoryState, terms: tuple[np.ndarray, np.ndarray], at, backend: Backend):
+    """BM25 scores (B, C) of the utterance rows ``at`` for the questions' ``terms`` (``BM25Index.query_terms``):
+    each candidate's weights of its question's terms times how often the question holds them. The candidates' rows
+    of the term counts (texts × terms, CSR) are gathered, each nonzero finds its question's count of that term by a
+    sorted search of ``question · n_terms + term``, and the matches are weighted (``BM25Index.weights_of``)."""
     xp, lex = backend.xp, state.lexical
     data, indices, indptr, df, lengths = (
         backend.resident(lex, name, state.version, lambda name=name: lex.array(name)) for name in lex.ARRAYS)
-    keys, times = (backend.asarray(x) for x in lex.query_terms(texts))
+    keys, times = (backend.asarray(x) for x in terms)
     flat = at.ravel()
     n = indptr[flat + 1] - indptr[flat]  # nonzeros of each candidate's row
     nz = _spans(indptr[flat], n, backend)

@@ -16,10 +16,12 @@ def rows(path: Path, label_suffix: str = "") -> list[tuple[str, dict, dict, floa
 
 def table(prefix: str) -> str:
     entries = rows(RESULTS / f"{prefix}_methods.json")
-    for ablation in ("no-temporal", "no-importance", "no-lexical", "no-context", "no-clues", "fixed-weights"):
+    for ablation, label in (*((a, f"--{a}") for a in ("no-temporal", "no-importance", "no-lexical", "no-context",
+                                                          "no-clues", "fixed-weights")),
+                            ("no-lexical-pool", "--lexical-pool 0")):
         path = RESULTS / f"{prefix}_{ablation}.json"
         if path.exists():
-            entries += rows(path, f" --{ablation}")
+            entries += rows(path, f" {label}")
     types = sorted({t for _, m, _, _ in entries for t in m if t != "all"})
     has_session = any(s for _, _, s, _ in entries)
     head = ["method", *COLUMNS] + (["S-Rany@5", "S-Rany@10"] if has_session else []) + [f"R@10 {t}" for t in types]

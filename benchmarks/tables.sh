@@ -15,9 +15,12 @@ for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
   for ablation in no-temporal no-importance no-lexical no-context no-clues fixed-weights; do
     run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json"
   done
+  run --dataset "$2" --method assomem --lexical-pool 0 --output "$OUT/$1_no-lexical-pool.json"
 done
 run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method flat-dense,bm25,session-utterance,topic-grouping,assomem \
     --output "$OUT/longmemeval_l2500_methods.json"
+run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method assomem --lexical-pool 0 \
+    --output "$OUT/longmemeval_l2500_no-lexical-pool.json"
 # the shipped fusion weights (assomem_gpu/weights/README.md) applied to MeetingQA, which they never saw
 run --dataset "$MQA" --method assomem --weights assomem_gpu/weights/default.json \
     --output "$OUT/meetingqa_assomem_shipped_weights.json"

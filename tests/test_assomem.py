@@ -67,7 +67,8 @@ def test_features_are_batch_invariant(tmp_path, minilm):
 
 def test_two_step_candidates_are_utterances_of_top_clues(tmp_path):
     data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), HashingEncoder())
-    method = AssoMem(AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid"), encoder=None)
+    method = AssoMem(AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid", lexical_pool=0),
+                     encoder=None)
     (f,) = method.features(data, [0])
     g = method.index(data, 0)._state.graph
     local = np.flatnonzero(np.isin(data.dataset.memory_utterances(0), f.candidates))

@@ -544,3 +544,33 @@ def test_questions_probe_only_lists_that_hold_utterances():
     assert bounds[4] == bounds[3]  # list 3 is empty
     hits = index.search_embeddings(search.codebook.centroids[3], k=5)[0]
     assert len(hits) == 5
+
+
+def test_the_bm25_top_of_the_memory_joins_the_clues_candidates():
+    """``lexical_pool`` N: a question's candidates are its top clue's utterances and the memory's N best by BM25
+    (those scoring above 0), each once, ascending."""
+    import dataclasses
+
+    from assomem_gpu.scoring import Queries, score
+
+    config = AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid", lexical_pool=0,
+                           graph=GraphConfig(delta=0.9, gamma=0.3))
+    index = make_index(config)
+    index.add_sessions(random_sessions(0, 30))
+    texts = ["apple river guitar", "coffee last week", "chess sister bakery", "lisbon violin", "zzz"]
+    queries = Queries(index.encoder.encode(texts), texts, np.full(len(texts), np.nan))
+    (alone,) = index.score(queries)
+    bm25 = index._state.lexical.scores(texts)
+    grew = 0
+    for n in (1, 5, 1000):
+        (joined,) = score(index._state, queries, dataclasses.replace(config, lexical_pool=n), index.backend)
+        for b in range(len(texts)):
+            top = np.argsort(-bm25[b], kind="stable")[:n]
+            expected = np.union1d(alone.candidates[b, : alone.counts[b]], top[bm25[b, top] > 0])
+            assert np.array_equal(joined.candidates[b, : joined.counts[b]], expected)
+            grew += len(expected) > alone.counts[b]
+    assert grew >= 6
+    with pytest.raises(ValueError, match="lexical_pool"):
+        AssoMemConfig(lexical_pool=-1)
+    saved = {k: v for k, v in AssoMemConfig().to_json().items() if k != "lexical_pool"}  # saved before the pool
+    assert AssoMemConfig.from_json(saved).lexical_pool == 0 and AssoMemConfig().lexical_pool == 10

@@ -181,6 +181,32 @@ def test_bm25_after_removals_equals_an_index_of_the_texts_left_and_keeps_no_trac
     assert not index._indices._buf[index._indices.n :].any() and not index._data._buf[index._data.n :].any()
 
 
+def test_bm25_top_is_the_best_of_the_scores_within_the_allowed_texts_and_follows_writes():
+    from assomem_gpu.retrieve import top_k
+    from assomem_gpu.signals.lexical import BM25Index
+
+    rng = np.random.default_rng(0)
+    words = ["zebra", "mill", "tea", "apple", "walrus", "may", "river", "stone", "quixotic", "lamp"]
+    texts = [" ".join(rng.choice(words, size=rng.integers(0, 7))) for _ in range(60)]
+    queries = ["zebra mill mill", "tea in may", "walrus", "nothing matches", "the"]
+    index = BM25Index(texts[:40])
+    for step in range(3):
+        s = index.scores(queries)
+        allowed = rng.random(s.shape) < 0.7
+        for n in (1, 4, 100):
+            for mask in (None, allowed):
+                got = index.top(queries, n, mask)
+                masked = s if mask is None else np.where(mask, s, 0)
+                want = top_k(masked, min(n, s.shape[1]))
+                want = np.where(np.take_along_axis(masked, want, axis=1) > 0, want, -1)
+                assert np.array_equal(got[:, : want.shape[1]], want) and (got[:, want.shape[1]:] == -1).all()
+        assert (index.top(queries, 3)[3:] == -1).all()  # no term any text holds / only a stop word
+        if step == 0:
+            index.add(texts[40:])  # the postings follow an add ...
+        else:
+            index.remove(rng.random(len(index.array("lengths"))) < 0.6)  # ... and a removal
+
+
 def test_mentions_time_searches_only_texts_with_an_expressions_cue_words():
     from assomem_gpu.signals.temporal import _EXPRESSIONS, mentions_time
 

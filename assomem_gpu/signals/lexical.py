@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+import threading
 from itertools import chain
 from typing import Sequence
 
@@ -32,8 +33,9 @@ class BM25Index:
     and removed (``remove``, in place); a removed text's terms leave the vocabulary. Weights are made
     when a search reads them, for the texts it scores (``weights_of``), so they always equal those of an index built
     from the texts held; a query is its term counts (``query_terms``), a text's score the sum of its weights of the
-    query's terms times their counts. Scoring only reads (thread-safe) and runs on numpy/scipy or CuPy/cupyx alike
-    (``scoring.lexical``).
+    query's terms times their counts. Scoring only reads the counts (thread-safe) and runs on numpy/scipy or
+    CuPy/cupyx alike (``scoring.lexical``); ``top`` also reads the counts by term (postings), made on the host under
+    a lock on the first search after a write.
     """
 
     K1, B = 1.5, 0.75
@@ -49,6 +51,8 @@ class BM25Index:
         self._df = Rows(dtype=np.float64)  # per term: the texts holding it
         self._lengths = Rows(dtype=np.float64)  # per text: its tokens
         self.total_length = 0.0  # integer-valued, so exact whatever the order of writes
+        self._postings: sp.csc_matrix | None = None  # the counts by term (``top`` reads them), made on first use
+        self._postings_lock = threading.Lock()  # concurrent searches after a write make them once
         self.add(texts)
 
     @property
@@ -117,6 +121,7 @@ class BM25Index:
         self._df.view[:] += np.bincount(mine.indices, minlength=len(self.vocab))
         self._lengths.append(lengths)
         self.total_length += float(lengths.sum())
+        self._postings = None
 
     def remove(self, keep: np.ndarray) -> None:
         """Keep only the rows where ``keep`` is True, in place (the buffers' freed rows zeroed); terms no text holds
@@ -130,6 +135,7 @@ class BM25Index:
         self._indptr = Rows(dtype=np.int64, data=np.concatenate([[0], np.cumsum(per_text[keep])]))
         self.total_length -= float(self._lengths.view[~keep].sum())
         self._lengths.keep(keep)
+        self._postings = None
         size = self._stemmer.maxCacheSize  # PyStemmer keeps recently stemmed words; 0 empties its cache
         self._stemmer.maxCacheSize = 0
         self._stemmer.maxCacheSize = size
@@ -148,6 +154,7 @@ class BM25Index:
         self._df = Rows(dtype=np.float64, data=df)
         lengths = np.asarray(counts.sum(axis=1), np.float64).ravel()
         self._lengths, self.total_length = Rows(dtype=np.float64, data=lengths), float(lengths.sum())
+        self._postings = None
 
     def weights_of(self, tf, df, lengths, xp=np):
         """What one occurrence of a term in a query adds to the score of a text of length ``lengths`` that holds it
@@ -178,6 +185,46 @@ class BM25Index:
         keys, counts = self.query_terms(queries)
         q = sp.csr_matrix((counts, divmod(keys, max(len(self.vocab), 1))), shape=(len(queries), len(self.vocab)))
         return np.asarray((q @ self.weights.T).todense(), np.float32)
+
+    def top(self, queries: Sequence[str], n: int, allowed: np.ndarray | None = None,
+            terms: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """(len(queries), min(n, texts)) int64: each query's ``n`` best texts by BM25 score (``scores``' values, ties to the
+        lower row), -1 past those that score above 0; ``allowed`` (queries, texts) bool: only those texts; ``terms``:
+        ``query_terms(queries)`` when already made.
+
+        Reads only the postings of the queries' terms (the counts by term, made once after each write), so a query
+        costs what its terms' texts hold, not the whole index."""
+        out = np.full((len(queries), max(min(n, self._indptr.n - 1), 0)), -1, np.int64)  # no wider than the texts
+        keys, times = self.query_terms(queries) if terms is None else terms
+        if not len(keys) or out.shape[1] == 0:
+            return out
+        post = self._postings
+        if post is None:
+            with self._postings_lock:
+                if self._postings is None:
+                    self._postings = self.counts.tocsc()
+                post = self._postings
+        q, term = divmod(keys, max(len(self.vocab), 1))
+        used, col = np.unique(term, return_inverse=True)  # the batch's terms, and each key's among them
+        lo, hi = post.indptr[used], post.indptr[used + 1]
+        at = np.repeat(lo - np.cumsum(hi - lo) + (hi - lo), hi - lo) + np.arange(int((hi - lo).sum()))
+        text = post.indices[at]
+        w = self.weights_of(post.data[at].astype(np.float64), self._df.view[np.repeat(used, hi - lo)],
+                            self._lengths.view[text])
+        by_term = sp.csr_matrix((w, text, np.concatenate([[0], np.cumsum(hi - lo)])),
+                                shape=(len(used), self._indptr.n - 1))
+        s = (sp.csr_matrix((times, (q, col)), shape=(len(queries), len(used))) @ by_term).tocoo()
+        row, text, score = s.row, s.col, s.data.astype(np.float32)
+        keep = score > 0
+        if allowed is not None:
+            keep &= np.asarray(allowed, bool)[row, text]
+        row, text, score = row[keep], text[keep], score[keep]
+        order = np.lexsort((text, -score, row))
+        row, text = row[order], text[order]
+        rank = np.arange(len(row)) - np.searchsorted(row, row)
+        take = rank < out.shape[1]
+        out[row[take], rank[take]] = text[take]
+        return out
 
     def to_arrays(self) -> tuple[list[str], dict[str, np.ndarray]]:
         """The vocabulary (term of each column) and the term-count CSR arrays, for ``from_arrays``."""
