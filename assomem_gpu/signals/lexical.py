@@ -188,9 +188,9 @@ class BM25Index:
 
     def top(self, queries: Sequence[str], n: int, allowed: np.ndarray | None = None,
             terms: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-        """(len(queries), min(n, texts)) int64: each query's ``n`` best texts by BM25 score (``scores``' values, ties to the
-        lower row), -1 past those that score above 0; ``allowed`` (queries, texts) bool: only those texts; ``terms``:
-        ``query_terms(queries)`` when already made.
+        """(len(queries), min(n, texts)) int64: each query's ``n`` best texts by BM25 score (``scores``' values,
+        ties to the lower row), -1 past those that score above 0; ``allowed`` (queries, texts) bool: only those
+        texts; ``terms``: ``query_terms(queries)`` when already made.
 
         Reads only the postings of the queries' terms (the counts by term, made once after each write), so a query
         costs what its terms' texts hold, not the whole index."""
