@@ -181,12 +181,12 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
         emb = backend.resident(state.emb, "view", state.version, lambda: state.emb.view)
         allowed = None if queries.allowed is None else backend.asarray(queries.allowed)
         rel = relevance(g, q, emb, queries, allowed, config, backend)
-        cand, counts = candidates(g, q, rel.values, rel.rows, allowed, config, backend)
         lex = state.lexical if "lexical" in config.signals else None
         terms = None if lex is None else lex.query_terms(queries.texts)  # tokenised once, for the pool and BM25
+        pool = None
         if lex is not None and config.lexical_pool and config.clues and g.n_clues > 0:  # else all are candidates
-            pool = lex.top(queries.texts, config.lexical_pool, queries.allowed, terms)  # on the host (scipy)
-            cand, counts = _joined(cand, counts, backend.asarray(pool), g.n_utt, xp)
+            pool = backend.asarray(lex.top(queries.texts, config.lexical_pool, queries.allowed, terms))  # on the host
+        cand, counts = candidates(g, q, rel.values, rel.rows, allowed, config, backend, pool)
     valid = xp.arange(cand.shape[1]) < counts[:, None]
     at = xp.where(valid, cand, 0)  # padding reads row 0, then counts for nothing
     signals = xp.zeros(cand.shape + (n_sig,))
@@ -225,9 +225,10 @@ def zscore(x, valid, xp):
     return xp.where(sd[:, None, :] > 1e-12, d / xp.where(sd > 1e-12, sd, 1.0)[:, None, :], 0.0)
 
 
-def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig, backend: Backend):
+def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig, backend: Backend, pool=None):
     """The two-step candidates of each question, (B, C) utterance rows ascending (-1 padded) and their counts: the
-    utterances of the top ``top_clues`` clues, more clues (best first) until there are ``min_candidates``. A clue
+    utterances of the top ``top_clues`` clues, more clues (best first) until there are ``min_candidates``, and the
+    rows of ``pool`` (B, N; -1: none), each question's BM25 top, joined to them. A clue
     scores ``clue_mix``·cos(question, clue) + (1 − ``clue_mix``)·its best utterance's cosine (``rel``, -inf where a
     filter excludes one; a clue with no allowed utterance is never taken).
 
@@ -268,7 +269,12 @@ def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig,
         if allowed is not None:
             keep = allowed[qb, rows]
             qb, rows = qb[keep], rows[keep]
-        key = xp.sort(qb * n_utt + rows)  # each question's utterances ascending
+        key = qb * n_utt + rows
+        if pool is None:
+            key = xp.sort(key)  # each question's utterances ascending (a clue's are its own)
+        else:
+            pb, at = xp.nonzero(pool >= 0)
+            key = xp.unique(xp.concatenate([key, pb * n_utt + pool[pb, at]]))  # a pooled row may be a clue's
         qb, cols = key // n_utt, key % n_utt
     counts = xp.bincount(qb, minlength=n_b)
     width = int(counts.max()) if n_b else 0
@@ -276,19 +282,6 @@ def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig,
     cand = xp.full((n_b, width), -1, np.int64)
     cand[qb, xp.arange(len(qb)) - starts_b[qb]] = cols
     return cand, counts
-
-
-def _joined(cand, counts, extra, n_utt: int, xp):
-    """Candidates (B, C) with each question's ``extra`` rows (-1: none) joined, ascending, -1 padded."""
-    valid = xp.arange(cand.shape[1]) < counts[:, None]
-    rows = xp.concatenate([xp.where(valid, cand, -1), extra], axis=1)
-    qb = xp.repeat(xp.arange(len(rows)), rows.shape[1])
-    key = xp.unique((qb * n_utt + rows.ravel())[rows.ravel() >= 0])
-    qb, cols = key // n_utt, key % n_utt
-    counts = xp.bincount(qb, minlength=len(rows))
-    out = xp.full((len(rows), int(counts.max()) if len(rows) else 0), -1, np.int64)
-    out[qb, xp.arange(len(qb)) - (xp.cumsum(counts) - counts)[qb]] = cols
-    return out, counts
 
 
 def _clue_order(score, sizes, config: AssoMemConfig, backend: Backend):

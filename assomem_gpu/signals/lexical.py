@@ -206,13 +206,10 @@ class BM25Index:
                 post = self._postings
         q, term = divmod(keys, max(len(self.vocab), 1))
         used, col = np.unique(term, return_inverse=True)  # the batch's terms, and each key's among them
-        lo, hi = post.indptr[used], post.indptr[used + 1]
-        at = np.repeat(lo - np.cumsum(hi - lo) + (hi - lo), hi - lo) + np.arange(int((hi - lo).sum()))
-        text = post.indices[at]
-        w = self.weights_of(post.data[at].astype(np.float64), self._df.view[np.repeat(used, hi - lo)],
-                            self._lengths.view[text])
-        by_term = sp.csr_matrix((w, text, np.concatenate([[0], np.cumsum(hi - lo)])),
-                                shape=(len(used), self._indptr.n - 1))
+        sub = post[:, used]  # their postings (texts × the batch's terms, CSC)
+        w = self.weights_of(sub.data.astype(np.float64), self._df.view[np.repeat(used, np.diff(sub.indptr))],
+                            self._lengths.view[sub.indices])
+        by_term = sp.csr_matrix((w, sub.indices, sub.indptr), shape=(len(used), sub.shape[0]))
         s = (sp.csr_matrix((times, (q, col)), shape=(len(queries), len(used))) @ by_term).tocoo()
         row, text, score = s.row, s.col, s.data.astype(np.float32)
         keep = score > 0
