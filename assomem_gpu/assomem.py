@@ -37,9 +37,19 @@ class AssoMem:
         self.config, self.fusion, self.encoder, self.name = config, fusion, encoder, name
         self.cache = cache
         self.backend = device if isinstance(device, Backend) else get_backend(device)
+        self.device = self.backend.name if isinstance(device, Backend) else device
         self._indexes: OrderedDict[int, tuple[MemoryIndex, np.ndarray]] = OrderedDict()
         self._data: EmbeddedDataset | None = None
         self._derived: Derived | None = None  # of the dataset's whole bank (see ``state.Derived``)
+
+    def __getstate__(self) -> dict:
+        """Pickled (for a Dask worker) without its dataset, indexes and backend: the backend is chosen again where
+        it is unpickled, for ``device``, and ``prepare`` binds it to a dataset there."""
+        return {**self.__dict__, "backend": None, "_indexes": OrderedDict(), "_data": None, "_derived": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.backend = get_backend(self.device)
 
     @property
     def needs_calibration(self) -> bool:
@@ -49,22 +59,34 @@ class AssoMem:
         """The index of ``data``'s memory ``memory`` (built from its sessions, with their dates in that memory)."""
         return self._built(data, memory)[0]
 
+    def prepare(self, data: EmbeddedDataset, derived: Derived | None = None) -> Derived:
+        """Bind to ``data`` and return what its whole bank derives (``state.Derived``: clue vectors, time flags, term
+        counts), made here once per dataset (memories share sessions: haystacks drawn from one pool), or ``derived``
+        made elsewhere (a Dask worker is handed the client's, so it encodes nothing)."""
+        if self._data is not data:
+            self._data, self._indexes, self._derived = data, OrderedDict(), derived
+        if self._derived is None:
+            ds = data.dataset
+            self._derived = self._new_index(data)._state.derive(_records(ds.bank, range(ds.bank.n_sessions)),
+                                                                data.utterances)
+        return self._derived
+
+    def _new_index(self, data: EmbeddedDataset) -> MemoryIndex:
+        return MemoryIndex(self.encoder, self.config, self.fusion or fixed_weights(self.config.signals), self.backend,
+                           dated=False, dim=data.utterances.shape[1], llm_cache=True)
+
     def _built(self, data: EmbeddedDataset, memory: int) -> tuple[MemoryIndex, np.ndarray]:
         """The memory's index and the bank row of each of its utterances."""
-        if self._data is not data:
-            self._data, self._indexes, self._derived = data, OrderedDict(), None
+        derived = self.prepare(data)
         if memory in self._indexes:
             self._indexes.move_to_end(memory)
             return self._indexes[memory]
         ds = data.dataset
         mem = ds.memories[memory]
         rows = ds.memory_utterances(memory)
-        index = MemoryIndex(self.encoder, self.config, self.fusion or fixed_weights(self.config.signals), self.backend,
-                            dated=False, dim=data.utterances.shape[1], llm_cache=True)
-        if self._derived is None:  # once per dataset: memories share sessions (haystacks drawn from one pool)
-            self._derived = index._state.derive(_records(ds.bank, range(ds.bank.n_sessions)), data.utterances)
+        index = self._new_index(data)
         index._add(_records(ds.bank, mem.sessions.tolist(), mem.dates.tolist()), data.utterances[rows],
-                   derived=self._derived.select(mem.sessions, rows))
+                   derived=derived.select(mem.sessions, rows))
         self._indexes[memory] = index, rows
         while len(self._indexes) > self.cache:
             self._indexes.popitem(last=False)

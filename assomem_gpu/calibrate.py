@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from .assomem import AssoMem
-from .retrieve import EmbeddedDataset
+from .retrieve import EmbeddedDataset, by_memory
 from .scoring import Features
 
 
@@ -42,38 +42,48 @@ def cross_validated_rankings(method: AssoMem, data: EmbeddedDataset, questions: 
                              seed: int = 0, batch_size: int = 64, progress: bool = True) -> list[np.ndarray]:
     """Rankings of ``questions`` where each fold is ranked with weights calibrated on the other folds only."""
     feats = compute_features(method, data, questions, batch_size, progress)
-    by_q = dict(zip(questions, feats))
     out: dict[int, np.ndarray] = {}
     for fold in folds_of(data, questions, k, seed):
-        held = set(fold.tolist())
-        train = [q for q in questions if q not in held]
-        labelled = any(len(data.dataset.questions[q].evidence) for q in train)
-        # a fold whose other folds hold no labelled question is ranked with the shipped weights
-        model = method.fit(data, train, [by_q[q] for q in train]) if labelled else method.default_fusion()
-        ranked = method.fuse([by_q[q] for q in fold], data.questions[fold], model, depth)
-        out.update(zip(fold.tolist(), ranked))
+        out.update(zip(fold.tolist(), fold_rankings(method, data, questions, feats, fold, depth)))
     return [out[q] for q in questions]
+
+
+def fold_rankings(method: AssoMem, data: EmbeddedDataset, questions: Sequence[int], feats: Sequence[Features],
+                  fold: np.ndarray, depth: int) -> list[np.ndarray]:
+    """Rankings of the questions in ``fold`` (``feats`` align with ``questions``), fused with weights calibrated on
+    the other questions; with the shipped weights when those hold no labelled question."""
+    by_q = dict(zip(questions, feats))
+    held = set(fold.tolist())
+    train = [q for q in questions if q not in held]
+    labelled = any(len(data.dataset.questions[q].evidence) for q in train)
+    model = method.fit(data, train, [by_q[q] for q in train]) if labelled else method.default_fusion()
+    return method.fuse([by_q[q] for q in fold], data.questions[fold], model, depth)
 
 
 def compute_features(method: AssoMem, data: EmbeddedDataset, questions: Sequence[int], batch_size: int = 64,
                      progress: bool = True) -> list[Features]:
+    """Every question's features, a memory at a time (``memory_features``)."""
     from tqdm.auto import tqdm
 
-    feats: list[Features] = []
-    for lo in tqdm(range(0, len(questions), batch_size), desc=f"{method.name} signals", unit="batch",
-                   disable=not progress):
-        feats += method.features(data, list(questions[lo : lo + batch_size]))
-    return feats
+    out: dict[int, Features] = {}
+    for group in tqdm(list(by_memory(data.dataset, questions).values()), desc=f"{method.name} signals",
+                      unit="memory", disable=not progress):
+        out.update(zip(group, memory_features(method, data, group, batch_size)))
+    return [out[q] for q in questions]
+
+
+def memory_features(method: AssoMem, data: EmbeddedDataset, group: Sequence[int], batch_size: int = 64) -> list[Features]:
+    """The features of one memory's questions, in batches of ``batch_size``: the unit of work, in one process or in
+    a Dask task (``cluster``), so both compute the same."""
+    return [f for lo in range(0, len(group), batch_size) for f in method.features(data, group[lo : lo + batch_size])]
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import sys
+    from contextlib import ExitStack
 
-    from .cli_options import add_assomem_options, config_from_options
-    from .data import load_dataset
-    from .encode import DEFAULT_MODEL, make_encoder
-    from .fusion import save_weights
+    from .cli_options import add_assomem_options, add_cluster_option
+    from .encode import DEFAULT_MODEL
 
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.calibrate", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -84,9 +94,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--haystack-sessions", type=int, help="grow LongMemEval haystacks to this many sessions")
     p.add_argument("--encoder", default=DEFAULT_MODEL)
     p.add_argument("--quiet", action="store_true")
+    add_cluster_option(p)
     add_assomem_options(p)
     args = p.parse_args(argv)
+    with ExitStack() as stack:
+        return _calibrate(args, stack)
+
+
+def _calibrate(args, stack) -> int:
+    """``main`` after parsing; ``stack`` closes the Dask client (and its local cluster) on the way out."""
+    import sys
+
+    from .cli_options import config_from_options
+    from .data import load_dataset
+    from .encode import make_encoder
+    from .fusion import save_weights
+
+    client = None
     try:
+        if args.cluster:
+            from .cluster import connect
+
+            client = stack.enter_context(connect(args.cluster))
         config = config_from_options(args)
         ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
         encoder = make_encoder(args.encoder)
@@ -97,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     data = EmbeddedDataset.build(ds, encoder)
     method = AssoMem(config, encoder=encoder)
     questions = list(range(len(ds.questions)))
-    feats = compute_features(method, data, questions, progress=not args.quiet)
+    if client is None:
+        feats = compute_features(method, data, questions, progress=not args.quiet)
+    else:
+        from .cluster import features
+
+        feats = features(client, method, data, questions, progress=not args.quiet)
     try:
         model = method.fit(data, questions, feats)
     except ValueError as exc:

@@ -1,4 +1,4 @@
-"""Command-line options of the AssoMem retriever, shared by ``eval`` and ``calibrate``."""
+"""Command-line options shared by ``eval`` and ``calibrate``: the AssoMem retriever's, and where the work runs."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,12 @@ from dataclasses import replace
 
 from .config import CLUE_MODES, SIGNALS, AssoMemConfig
 from .graph import GraphConfig
+
+
+def add_cluster_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", help="run the memories (and folds) as Dask tasks: local:N (N worker processes), "
+                                     "local-cuda (one worker per GPU) or tcp://HOST:PORT (a running scheduler); "
+                                     "the results are those of one process")
 
 
 def add_assomem_options(p: argparse.ArgumentParser) -> None:

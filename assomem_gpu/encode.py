@@ -75,6 +75,10 @@ class TransformersEncoder:
         self.name = f"{model}|{self.pooling}|norm={self.normalize}|max={self.max_length}"
         self._model = None  # loaded on the first encode, so fully cached runs never load the weights
 
+    def __getstate__(self) -> dict:
+        """Pickled without the weights: they load where it first encodes."""
+        return {**self.__dict__, "_model": None}
+
     def _loaded(self):
         if self._model is None:
             from transformers import AutoModel
@@ -159,6 +163,17 @@ class EmbeddingCache:
 
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path else default_cache_dir() / "embeddings.sqlite"
+        self._open()
+
+    def __getstate__(self) -> dict:
+        """Pickled as its path (a Dask worker opens the same file; SQLite serialises the writers)."""
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path = state["path"]
+        self._open()
+
+    def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=60)
         self._db.execute("PRAGMA journal_mode=WAL")

@@ -4,13 +4,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from ..assomem import HYBRID_BASELINES, make_assomem
 from ..backend import Backend, get_backend
-from ..cli_options import add_assomem_options, config_from_options
+from ..cli_options import add_assomem_options, add_cluster_option, config_from_options
 from ..data import load_dataset
 from ..encode import DEFAULT_MODEL, make_encoder
 from ..fusion import fixed_weights, load_weights, restrict
@@ -40,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot", help="write R@k curves and R@10 per question type here (PNG)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the engine runs")
+    add_cluster_option(p)
     add_assomem_options(p)
     args = p.parse_args(argv)
     args.methods = [m.strip() for m in args.method.split(",") if m.strip()]
@@ -78,8 +81,18 @@ def rankings_path(path: str, method: str, n_methods: int) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    with ExitStack() as stack:
+        return run(args, stack)
+
+
+def run(args: argparse.Namespace, stack: ExitStack) -> int:
     t0 = time.perf_counter()
+    client = None
     try:
+        if args.cluster:  # first: an unreachable scheduler fails before any work
+            from ..cluster import connect
+
+            client = stack.enter_context(connect(args.cluster))
         outputs = [rankings_path(args.rankings, m, len(args.methods)) for m in args.methods] if args.rankings else []
         for path in outputs + ([Path(args.output)] if args.output else []):
             check_writable(path)
@@ -101,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     data = EmbeddedDataset.build(ds, encoder)
     encode_s = time.perf_counter() - t1
     results = [evaluate(data, m, args.k, depth=args.depth, batch_size=args.batch_size, progress=not args.quiet,
-                        folds=args.folds, seed=args.seed) for m in methods]
+                        folds=args.folds, seed=args.seed, client=client) for m in methods]
     written = []
     if args.rankings:
         for r in results:
@@ -116,8 +129,14 @@ def main(argv: list[str] | None = None) -> int:
         "engine": backend.describe(),
         "timing": {"load_s": round(load_s, 3), "encode_s": round(encode_s, 3),
                    "total_s": round(time.perf_counter() - t0, 3)},
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "results": {r.method: r.to_json() for r in results},
     }
+    if client is not None:
+        from ..cluster import worker_peak_rss_mb
+
+        peaks = worker_peak_rss_mb(client)
+        report["cluster"] = {"spec": args.cluster, "workers": len(peaks), "worker_peak_rss_mb": list(peaks.values())}
     print_report(report)
     if args.plot:
         from .plots import write_plots

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..retrieve import EmbeddedDataset, Method
+from ..retrieve import EmbeddedDataset, Method, by_memory
 from .metrics import mean_by_type, session_metrics, utterance_metrics
 
 EXPORT_MIN_DEPTH = 50  # ARCHITECTURE §4: at least the top 50, or every candidate if fewer
@@ -30,8 +30,10 @@ class EvalResult:
 
 
 def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: int = 100, batch_size: int = 64,
-             progress: bool = True, folds: int = 5, seed: int = 0) -> EvalResult:
-    """Rank every question of ``data`` with ``method`` in batches and score the rankings.
+             progress: bool = True, folds: int = 5, seed: int = 0, client=None) -> EvalResult:
+    """Rank every question of ``data`` with ``method``, a memory at a time in batches of ``batch_size`` questions,
+    and score the rankings. ``client``: a Dask client to run the memories (and folds) on (``cluster``); the
+    rankings are the same.
 
     A method that needs calibration (AssoMem without saved weights) is cross-validated over ``folds`` folds.
     """
@@ -39,16 +41,23 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
 
     ds = data.dataset
     depth = max(depth, EXPORT_MIN_DEPTH, *ks)
-    rankings: list[np.ndarray] = []
     start = time.perf_counter()
     rows = list(range(len(ds.questions)))
-    if getattr(method, "needs_calibration", False):
+    calibrated = getattr(method, "needs_calibration", False)
+    if client is not None:
+        from .. import cluster
+
+        rankings = cluster.evaluate_rankings(client, method, data, rows, depth, batch_size, progress,
+                                             folds if calibrated else None, seed)
+    elif calibrated:
         from ..calibrate import cross_validated_rankings
 
         rankings = cross_validated_rankings(method, data, rows, folds, depth, seed, batch_size, progress)
     else:
-        for lo in tqdm(range(0, len(rows), batch_size), desc=method.name, unit="batch", disable=not progress):
-            rankings += method.rank(data, rows[lo : lo + batch_size], depth)
+        ranked: dict[int, np.ndarray] = {}
+        for group in tqdm(list(by_memory(ds, rows).values()), desc=method.name, unit="memory", disable=not progress):
+            ranked.update(zip(group, rank_memory(method, data, group, depth, batch_size)))
+        rankings = [ranked[q] for q in rows]
     retrieve_s = time.perf_counter() - start
     utt_session = ds.bank.utt_session()
     per_question, typed, session_typed = [], [], []
@@ -63,6 +72,13 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
             session_typed.append((q.type, session_metrics(utt_session[ranked], np.unique(utt_session[q.evidence]), ks)))
     return EvalResult(method.name, rankings, per_question, mean_by_type(typed) if typed else {}, retrieve_s,
                       mean_by_type(session_typed) if session_typed else {})
+
+
+def rank_memory(method: Method, data: EmbeddedDataset, group: Sequence[int], depth: int, batch_size: int = 64
+                ) -> list[np.ndarray]:
+    """One memory's questions ranked in batches of ``batch_size``: the unit of work, in one process or in a Dask
+    task (``cluster``), so both compute the same."""
+    return [r for lo in range(0, len(group), batch_size) for r in method.rank(data, group[lo : lo + batch_size], depth)]
 
 
 def write_rankings(path: str | Path, data: EmbeddedDataset, rankings: Sequence[np.ndarray]) -> None:

@@ -1,0 +1,144 @@
+"""Batch retrieval on Dask: a real LocalCluster of worker processes gives the rankings of one process, a worker
+killed in the middle costs nothing, and a scheduler that is not there is a clear error."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+
+from assomem_gpu.assomem import AssoMem
+from assomem_gpu.cluster import connect
+from assomem_gpu.data import load_dataset
+from assomem_gpu.encode import make_encoder
+from assomem_gpu.eval.__main__ import main as eval_main
+from assomem_gpu.eval.runner import evaluate
+from assomem_gpu.fusion import fixed_weights
+from assomem_gpu.retrieve import EmbeddedDataset, make_method
+
+from conftest import lme_item
+
+WORDS = ("garden tomato recipe guitar lesson flight tokyo budget invoice puppy vet marathon shoes piano concert "
+         "novel library camera lens bakery bread coffee beans yoga class bike tire salary raise dentist visit").split()
+
+
+@pytest.fixture
+def many_memories(tmp_path):
+    """A LongMemEval file of 16 questions, each asking its own memory of 8 sessions (grown with --haystack-sessions)."""
+    rng = np.random.default_rng(7)
+    items = []
+    for q in range(16):
+        sessions = {}
+        for s in range(8):
+            turns = [("user" if t % 2 == 0 else "assistant",
+                      f"{' '.join(rng.choice(WORDS, 6))} on day {rng.integers(1, 28)} of May", s == 0 and t == 0)
+                     for t in range(3)]
+            sessions[f"q{q}_s{s}"] = turns
+        dates = [f"2023/05/{d:02d} (Mon) 10:00" for d in range(1, 9)]
+        items.append(lme_item(f"q{q}", f"what about the {rng.choice(WORDS)} and {rng.choice(WORDS)}?", sessions, dates,
+                              qtype=("multi-session", "temporal-reasoning")[q % 2]))
+    path = tmp_path / "many.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        json.dump(items, fh)
+    return path
+
+
+def test_cluster_gives_the_rankings_and_results_of_one_process(tmp_path, many_memories):
+    common = ["--dataset", f"longmemeval:{many_memories}", "--haystack-sessions", "40", "--encoder", "hashing",
+              "--method", "flat-dense,bm25,topic-grouping,assomem", "--quiet"]
+    assert eval_main([*common, "--rankings", str(tmp_path / "one.jsonl"), "--output", str(tmp_path / "one.json")]) == 0
+    assert eval_main([*common, "--rankings", str(tmp_path / "two.jsonl"), "--output", str(tmp_path / "two.json"),
+                      "--cluster", "local:2"]) == 0
+    for method in ("flat-dense", "bm25", "topic-grouping", "assomem"):
+        one, two = (tmp_path / f"{n}.{method}.jsonl" for n in ("one", "two"))
+        assert one.read_bytes() == two.read_bytes(), method
+        assert len(one.read_text().splitlines()) == 16
+    single, spread = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
+    assert {m: r["metrics"] for m, r in spread["results"].items()} == \
+        {m: r["metrics"] for m, r in single["results"].items()}
+    assert spread["cluster"]["workers"] == 2 and "cluster" not in single
+    assert all(mb > 50 for mb in spread["cluster"]["worker_peak_rss_mb"])  # a worker process holds the package
+
+
+def test_a_worker_killed_mid_run_is_replaced_and_no_question_is_lost_or_doubled(many_memories):
+    ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=60)
+    data = EmbeddedDataset.build(ds, make_encoder("hashing"))
+    method = AssoMem(fusion=fixed_weights(AssoMem().config.signals), encoder=make_encoder("hashing"), device="cpu")
+    # one memory per task, batch size 1: many small tasks, so the kill lands while most are still to run
+    expected = evaluate(data, method, [1, 10], batch_size=1, progress=False).rankings
+    with connect("local:2") as client:
+        pids = client.run(os.getpid)
+        done: dict = {}
+        job = threading.Thread(target=lambda: done.update(
+            result=evaluate(data, method, [1, 10], batch_size=1, progress=False, client=client)))
+        job.start()
+        deadline = time.monotonic() + 60
+        while not any(client.processing().values()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        victim = next(w for w, keys in client.processing().items() if keys)
+        assert job.is_alive()
+        os.kill(pids[victim], signal.SIGKILL)
+        job.join(timeout=300)
+        assert not job.is_alive()
+        after = client.run(os.getpid)
+    assert victim not in after  # the killed worker is gone: its tasks ran again elsewhere
+    got = done["result"].rankings
+    assert len(got) == len(expected) == 16
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+
+
+def test_baselines_and_cross_validation_run_as_tasks(many_memories):
+    ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=30)
+    data = EmbeddedDataset.build(ds, make_encoder("hashing"))
+    method = AssoMem(encoder=make_encoder("hashing"), device="cpu")  # no weights: cross-validated, folds as tasks
+    with connect("local:1") as client:
+        spread = [evaluate(data, m, [5], folds=4, progress=False, client=client).rankings
+                  for m in (make_method("session-flat"), method)]
+    single = [evaluate(data, m, [5], folds=4, progress=False).rankings for m in (make_method("session-flat"), method)]
+    for a, b in zip(spread, single):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_a_scheduler_that_is_not_there_is_a_clear_error(capsys, jsonl_file):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ValueError, match=f"no Dask scheduler answered at tcp://127.0.0.1:{port} within 1 s"):
+        with connect(f"tcp://127.0.0.1:{port}", timeout_s=1):
+            pass
+    for spec in ("local:0", "local:two", "mpi://x"):
+        assert eval_main(["--dataset", f"jsonl:{jsonl_file}", "--encoder", "hashing", "--cluster", spec]) == 2
+        assert "cluster must be 'local:N'" in capsys.readouterr().err
+
+
+def test_calibrate_on_a_cluster_writes_the_weights_of_one_process(tmp_path, many_memories):
+    from assomem_gpu.calibrate import main as calibrate_main
+
+    common = ["--dataset", f"longmemeval:{many_memories}", "--haystack-sessions", "30", "--encoder", "hashing",
+              "--quiet"]
+    assert calibrate_main([*common, "--output", str(tmp_path / "one.json")]) == 0
+    assert calibrate_main([*common, "--output", str(tmp_path / "two.json"), "--cluster", "local:2"]) == 0
+    assert (tmp_path / "one.json").read_bytes() == (tmp_path / "two.json").read_bytes()
+
+
+def test_local_cuda_cluster_ranks_as_one_gpu_process(many_memories):
+    pytest.importorskip("dask_cuda")
+    from assomem_gpu.backend import cupy_reason
+
+    if cupy_reason():
+        pytest.skip(f"no usable GPU: {cupy_reason()}")
+    ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=40)
+    data = EmbeddedDataset.build(ds, make_encoder("hashing"))
+    method = AssoMem(fusion=fixed_weights(AssoMem().config.signals), encoder=make_encoder("hashing"), device="cuda")
+    expected = evaluate(data, method, [10], progress=False).rankings
+    with connect("local-cuda") as client:
+        got = evaluate(data, method, [10], progress=False, client=client).rankings
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
