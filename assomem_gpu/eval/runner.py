@@ -43,13 +43,13 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
     depth = max(depth, EXPORT_MIN_DEPTH, *ks)
     start = time.perf_counter()
     rows = list(range(len(ds.questions)))
-    calibrated = getattr(method, "needs_calibration", False)
+    cross_validate = getattr(method, "needs_calibration", False)
     if client is not None:
         from .. import cluster
 
         rankings = cluster.evaluate_rankings(client, method, data, rows, depth, batch_size, progress,
-                                             folds if calibrated else None, seed)
-    elif calibrated:
+                                             folds if cross_validate else None, seed)
+    elif cross_validate:
         from ..calibrate import cross_validated_rankings
 
         rankings = cross_validated_rankings(method, data, rows, folds, depth, seed, batch_size, progress)
