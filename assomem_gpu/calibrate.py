@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from .assomem import AssoMem
+from .cluster import Workers
 from .retrieve import EmbeddedDataset, by_memory
 from .scoring import Features
 
@@ -39,17 +40,23 @@ def folds_of(data: EmbeddedDataset, questions: Sequence[int], k: int, seed: int 
 
 
 def cross_validated_rankings(method: AssoMem, data: EmbeddedDataset, questions: Sequence[int], k: int, depth: int,
-                             seed: int = 0, batch_size: int = 64, progress: bool = True) -> list[np.ndarray]:
-    """Rankings of ``questions`` where each fold is ranked with weights calibrated on the other folds only."""
-    feats = compute_features(method, data, questions, batch_size, progress)
-    out: dict[int, np.ndarray] = {}
-    for fold in folds_of(data, questions, k, seed):
-        out.update(zip(fold.tolist(), fold_rankings(method, data, questions, feats, fold, depth)))
+                             seed: int = 0, batch_size: int = 64, progress: bool = True,
+                             workers: Workers | None = None) -> list[np.ndarray]:
+    """Rankings of ``questions`` where each fold is ranked with weights calibrated on the other folds only.
+    ``workers``: run the memories and the folds as Dask tasks (``cluster``), with the same result."""
+    feats = compute_features(method, data, questions, batch_size, progress, workers)
+    folds = folds_of(data, questions, k, seed)
+    if workers is not None:
+        out = workers.per_fold(folds, fold_rankings, list(questions), workers.send(feats), depth, progress=progress)
+    else:
+        out = {}
+        for fold in folds:
+            out.update(zip(fold.tolist(), fold_rankings(method, data, fold, questions, feats, depth)))
     return [out[q] for q in questions]
 
 
-def fold_rankings(method: AssoMem, data: EmbeddedDataset, questions: Sequence[int], feats: Sequence[Features],
-                  fold: np.ndarray, depth: int) -> list[np.ndarray]:
+def fold_rankings(method: AssoMem, data: EmbeddedDataset, fold: np.ndarray, questions: Sequence[int],
+                  feats: Sequence[Features], depth: int) -> list[np.ndarray]:
     """Rankings of the questions in ``fold`` (``feats`` align with ``questions``), fused with weights calibrated on
     the other questions; with the shipped weights when those hold no labelled question."""
     by_q = dict(zip(questions, feats))
@@ -61,10 +68,12 @@ def fold_rankings(method: AssoMem, data: EmbeddedDataset, questions: Sequence[in
 
 
 def compute_features(method: AssoMem, data: EmbeddedDataset, questions: Sequence[int], batch_size: int = 64,
-                     progress: bool = True) -> list[Features]:
-    """Every question's features, a memory at a time (``memory_features``)."""
+                     progress: bool = True, workers: Workers | None = None) -> list[Features]:
+    """Every question's features, a memory at a time (``memory_features``); on ``workers``, a task per memory."""
     from tqdm.auto import tqdm
 
+    if workers is not None:
+        return workers.per_memory(questions, memory_features, batch_size, progress=progress)
     out: dict[int, Features] = {}
     for group in tqdm(list(by_memory(data.dataset, questions).values()), desc=f"{method.name} signals",
                       unit="memory", disable=not progress):
@@ -126,12 +135,8 @@ def _calibrate(args, stack) -> int:
     data = EmbeddedDataset.build(ds, encoder)
     method = AssoMem(config, encoder=encoder)
     questions = list(range(len(ds.questions)))
-    if client is None:
-        feats = compute_features(method, data, questions, progress=not args.quiet)
-    else:
-        from .cluster import features
-
-        feats = features(client, method, data, questions, progress=not args.quiet)
+    workers = None if client is None else Workers(client, method, data)
+    feats = compute_features(method, data, questions, progress=not args.quiet, workers=workers)
     try:
         model = method.fit(data, questions, feats)
     except ValueError as exc:

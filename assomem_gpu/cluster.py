@@ -11,6 +11,8 @@
    index is built once, on the worker that runs it.
 4. Cross-validation: each fold (calibrate on the other folds, rank this one: ``calibrate.fold_rankings``) is a task.
 
+The callers hand their units of work to ``Workers``; this module knows Dask, not retrieval.
+
 Dask runs again the tasks of a worker that died (up to ``distributed.scheduler.allowed-failures`` deaths per task, 3 by
 default); results are gathered by question, so a task run twice neither duplicates nor loses one.
 """
@@ -22,9 +24,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .assomem import AssoMem
-from .calibrate import fold_rankings, folds_of, memory_features
-from .eval.runner import rank_memory
 from .retrieve import EmbeddedDataset, Method, by_memory
 
 CONNECT_TIMEOUT_S = 10.0
@@ -71,42 +70,44 @@ def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Any]:
         yield client
 
 
-def evaluate_rankings(client, method: Method, data: EmbeddedDataset, questions: Sequence[int], depth: int,
-                      batch_size: int, progress: bool, folds: int | None, seed: int = 0) -> list[np.ndarray]:
-    """Rankings of ``questions`` (in their order), one task per memory; with ``folds``, cross-validated with one
-    task per fold (as ``calibrate.cross_validated_rankings`` does in one process)."""
-    shared, desc = _share(client, method, data), f"{method.name} on {len(client.scheduler_info()['workers'])} workers"
-    if folds is None:
-        return _per_memory(client, shared, data, questions, progress, desc, rank_memory, depth, batch_size)
-    feats = _per_memory(client, shared, data, questions, progress, f"{desc}: signals", memory_features, batch_size)
-    feats = client.scatter([feats], broadcast=True, hash=False)[0]  # one object, not a future per question
-    splits = folds_of(data, questions, folds, seed)
-    ranked = _gather(client, [(fold_rankings, *shared[:2], list(questions), feats, f, depth) for f in splits],
-                     [f.tolist() for f in splits], progress, f"{desc}: folds")
-    return [ranked[q] for q in questions]
+class Workers:
+    """A Dask client with one method and one embedded dataset sent to every worker once, and for AssoMem the derived
+    state of the dataset's bank (``AssoMem.prepare``), so that no worker encodes. Its ``per_memory`` and ``per_fold``
+    run the callers' units of work as tasks."""
 
+    def __init__(self, client, method: Method, data: EmbeddedDataset):
+        self.client, self.data = client, data
+        derived = method.prepare(data) if hasattr(method, "prepare") else None
+        self._shared = client.scatter([method, data, derived], broadcast=True, hash=False)
+        self.desc = f"{method.name} on {len(client.scheduler_info()['workers'])} workers"
 
-def features(client, method: AssoMem, data: EmbeddedDataset, questions: Sequence[int], batch_size: int = 64,
-             progress: bool = True) -> list:
-    """``calibrate.compute_features``, one task per memory."""
-    return _per_memory(client, _share(client, method, data), data, questions, progress, f"{method.name} signals",
-                       memory_features, batch_size)
+    def send(self, value: Any):
+        """``value`` on every worker, as one future to pass to a task."""
+        return self.client.scatter([value], broadcast=True, hash=False)[0]
 
+    def per_memory(self, questions: Sequence[int], fn: Callable, *args, progress: bool = True) -> list:
+        """``fn(method, data, group, *args)``, one task per memory's ``group`` of ``questions``; one value per
+        question, in the order of ``questions``."""
+        groups = list(by_memory(self.data.dataset, questions).values())
+        out = self._run([(_bound, fn, *self._shared, g, *args) for g in groups], groups, progress)
+        return [out[q] for q in questions]
 
-def _share(client, method: Method, data: EmbeddedDataset) -> list:
-    """The method, the dataset and (for AssoMem) its bank's derived state, sent to every worker once."""
-    derived = method.prepare(data) if isinstance(method, AssoMem) else None
-    return client.scatter([method, data, derived], broadcast=True, hash=False)
+    def per_fold(self, folds: Sequence[np.ndarray], fn: Callable, *args, progress: bool = True) -> dict[int, Any]:
+        """``fn(method, data, fold, *args)``, one task per fold of question rows; its values by question."""
+        return self._run([(fn, *self._shared[:2], f, *args) for f in folds], [f.tolist() for f in folds], progress)
 
+    def _run(self, calls: list[tuple], keys: list[list[int]], progress: bool) -> dict[int, Any]:
+        """Each call ``(fn, *args)`` as a task returning one value per question of its ``keys`` entry."""
+        from distributed import as_completed
+        from tqdm.auto import tqdm
 
-def _per_memory(client, shared: list, data: EmbeddedDataset, questions: Sequence[int], progress: bool, desc: str,
-                fn: Callable, *args) -> list:
-    """``fn(method, data, group, *args)``, one task per memory's ``group`` of questions: one value per question, in
-    the order of ``questions``."""
-    groups = list(by_memory(data.dataset, questions).values())
-    calls = [(_bound, fn, *shared, g, *args) for g in groups]
-    out = _gather(client, calls, groups, progress, desc)
-    return [out[q] for q in questions]
+        futures = {self.client.submit(*call, pure=False): qs for call, qs in zip(calls, keys)}
+        out: dict[int, Any] = {}
+        for future in tqdm(as_completed(futures, loop=self.client.loop), total=len(futures), desc=self.desc,
+                           unit="task", disable=not progress):
+            out.update(zip(futures[future], future.result()))
+            future.release()
+        return out
 
 
 def _bound(fn: Callable, method: Method, data: EmbeddedDataset, derived, group: list[int], *args) -> list:
@@ -114,20 +115,6 @@ def _bound(fn: Callable, method: Method, data: EmbeddedDataset, derived, group: 
     if derived is not None:
         method.prepare(data, derived)
     return fn(method, data, group, *args)
-
-
-def _gather(client, calls: list[tuple], keys: list[list[int]], progress: bool, desc: str) -> dict:
-    """Run each call ``(fn, *args)`` as a task; each returns one value per question of its ``keys`` entry."""
-    from distributed import as_completed
-    from tqdm.auto import tqdm
-
-    futures = {client.submit(*call, pure=False): qs for call, qs in zip(calls, keys)}
-    out: dict[int, Any] = {}
-    for future in tqdm(as_completed(futures, loop=client.loop), total=len(futures), desc=desc, unit="task",
-                       disable=not progress):
-        out.update(zip(futures[future], future.result()))
-        future.release()
-    return out
 
 
 def worker_peak_rss_mb(client) -> dict[str, float]:

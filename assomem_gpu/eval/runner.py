@@ -9,6 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..cluster import Workers
 from ..retrieve import EmbeddedDataset, Method, by_memory
 from .metrics import mean_by_type, session_metrics, utterance_metrics
 
@@ -43,16 +44,13 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
     depth = max(depth, EXPORT_MIN_DEPTH, *ks)
     start = time.perf_counter()
     rows = list(range(len(ds.questions)))
-    cross_validate = getattr(method, "needs_calibration", False)
-    if client is not None:
-        from .. import cluster
-
-        rankings = cluster.evaluate_rankings(client, method, data, rows, depth, batch_size, progress,
-                                             folds if cross_validate else None, seed)
-    elif cross_validate:
+    workers = None if client is None else Workers(client, method, data)
+    if getattr(method, "needs_calibration", False):
         from ..calibrate import cross_validated_rankings
 
-        rankings = cross_validated_rankings(method, data, rows, folds, depth, seed, batch_size, progress)
+        rankings = cross_validated_rankings(method, data, rows, folds, depth, seed, batch_size, progress, workers)
+    elif workers is not None:
+        rankings = workers.per_memory(rows, rank_memory, depth, batch_size, progress=progress)
     else:
         ranked: dict[int, np.ndarray] = {}
         for group in tqdm(list(by_memory(ds, rows).values()), desc=method.name, unit="memory", disable=not progress):
