@@ -37,19 +37,20 @@ class AssoMem:
         self.config, self.fusion, self.encoder, self.name = config, fusion, encoder, name
         self.cache = cache
         self.backend = device if isinstance(device, Backend) else get_backend(device)
-        self.device = self.backend.name if isinstance(device, Backend) else device
+        # what a worker resolves when it unpickles this method: this process's choice, not "auto" again
+        self._backend_args = (self.backend.name, "batched" if self.backend.ppr_steps else "cugraph")
         self._indexes: OrderedDict[int, tuple[MemoryIndex, np.ndarray]] = OrderedDict()
         self._data: EmbeddedDataset | None = None
         self._derived: Derived | None = None  # of the dataset's whole bank (see ``state.Derived``)
 
     def __getstate__(self) -> dict:
         """Pickled (for a Dask worker) without its dataset, indexes and backend: the backend is chosen again where
-        it is unpickled, for ``device``, and ``prepare`` binds it to a dataset there."""
+        it is unpickled, for the device and PPR mode chosen here, and ``prepare`` binds it to a dataset there."""
         return {**self.__dict__, "backend": None, "_indexes": OrderedDict(), "_data": None, "_derived": None}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.backend = get_backend(self.device)
+        self.backend = get_backend(*self._backend_args)
 
     @property
     def needs_calibration(self) -> bool:

@@ -5,12 +5,15 @@ on every question of a dataset and saves them with the retrieval config, for ``e
 """
 from __future__ import annotations
 
+import argparse
+import sys
+from contextlib import ExitStack
 from typing import Sequence
 
 import numpy as np
 
 from .assomem import AssoMem
-from .cluster import Workers
+from .cluster import Workers, connect
 from .retrieve import EmbeddedDataset, by_memory
 from .scoring import Features
 
@@ -47,7 +50,8 @@ def cross_validated_rankings(method: AssoMem, data: EmbeddedDataset, questions: 
     feats = compute_features(method, data, questions, batch_size, progress, workers)
     folds = folds_of(data, questions, k, seed)
     if workers is not None:
-        out = workers.per_fold(folds, fold_rankings, list(questions), workers.send(feats), depth, progress=progress)
+        out = workers.per_fold(method, folds, fold_rankings, list(questions), workers.send(feats), depth,
+                               progress=progress)
     else:
         out = {}
         for fold in folds:
@@ -73,7 +77,7 @@ def compute_features(method: AssoMem, data: EmbeddedDataset, questions: Sequence
     from tqdm.auto import tqdm
 
     if workers is not None:
-        return workers.per_memory(questions, memory_features, batch_size, progress=progress)
+        return workers.per_memory(method, questions, memory_features, batch_size, progress=progress)
     out: dict[int, Features] = {}
     for group in tqdm(list(by_memory(data.dataset, questions).values()), desc=f"{method.name} signals",
                       unit="memory", disable=not progress):
@@ -88,9 +92,6 @@ def memory_features(method: AssoMem, data: EmbeddedDataset, group: Sequence[int]
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    from contextlib import ExitStack
-
     from .cli_options import add_assomem_options, add_cluster_option
     from .encode import DEFAULT_MODEL
 
@@ -110,10 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return _calibrate(args, stack)
 
 
-def _calibrate(args, stack) -> int:
+def _calibrate(args: argparse.Namespace, stack: ExitStack) -> int:
     """``main`` after parsing; ``stack`` closes the Dask client (and its local cluster) on the way out."""
-    import sys
-
     from .cli_options import config_from_options
     from .data import load_dataset
     from .encode import make_encoder
@@ -122,8 +121,6 @@ def _calibrate(args, stack) -> int:
     client = None
     try:
         if args.cluster:
-            from .cluster import connect
-
             client = stack.enter_context(connect(args.cluster))
         config = config_from_options(args)
         ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
@@ -135,7 +132,11 @@ def _calibrate(args, stack) -> int:
     data = EmbeddedDataset.build(ds, encoder)
     method = AssoMem(config, encoder=encoder)
     questions = list(range(len(ds.questions)))
-    workers = None if client is None else Workers(client, method, data)
+    try:
+        workers = None if client is None else Workers(client, data)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     feats = compute_features(method, data, questions, progress=not args.quiet, workers=workers)
     try:
         model = method.fit(data, questions, feats)

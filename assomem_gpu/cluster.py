@@ -5,7 +5,8 @@
    a stage of its own because one process already spreads the encoder's matrix products over its cores, and the
    embedding cache is one SQLite file that this process alone writes: no two writers race, and on a multi-node
    cluster no worker needs the file (the vectors travel with the dataset).
-2. The method, the embedded dataset and the derived state go to every worker once (``scatter(broadcast=True)``).
+2. The embedded dataset goes to every worker once per run, and each method with its derived state once
+   (``scatter(broadcast=True)``).
 3. One task per memory ranks (or, for cross-validation, scores) that memory's questions in batches, with the same
    function the one-process path runs (``eval.runner.rank_memory``, ``calibrate.memory_features``), so the memory's
    index is built once, on the worker that runs it.
@@ -14,10 +15,12 @@
 The callers hand their units of work to ``Workers``; this module knows Dask, not retrieval.
 
 Dask runs again the tasks of a worker that died (up to ``distributed.scheduler.allowed-failures`` deaths per task, 3 by
-default); results are gathered by question, so a task run twice neither duplicates nor loses one.
+default); results are gathered by question, so a task run twice neither duplicates nor loses one. What was sent lives
+on the workers only: if every worker dies at once (or the only one), the job fails with Dask's error.
 """
 from __future__ import annotations
 
+import os
 import resource
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -27,21 +30,33 @@ import numpy as np
 from .retrieve import EmbeddedDataset, Method, by_memory
 
 CONNECT_TIMEOUT_S = 10.0
-# A local worker runs one task at a time on one core: its BLAS and Numba pools get one thread too, so N workers share
-# the cores instead of each spinning up a pool as wide as the machine.
+# A local worker runs one task at a time on one core: its BLAS, OpenMP and Numba pools get one thread too, so N workers
+# share the cores instead of each starting a pool as wide as the machine. Set before the worker's interpreter starts
+# (Dask's ``pre-spawn-environ``), as these libraries read them once, when they load.
 LOCAL_WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                     "NUMBA_NUM_THREADS": "1"}
 
 
+def check_spec(spec: str) -> None:
+    """``ValueError`` unless ``spec`` is ``local:N`` (N ≥ 1), ``local-cuda`` or ``tcp://HOST:PORT``."""
+    n = spec.removeprefix("local:")
+    if not (spec.startswith("tcp://") or spec == "local-cuda" or (spec.startswith("local:") and n.isdigit()
+                                                                  and int(n) >= 1)):
+        raise ValueError(f"cluster must be 'local:N' (N ≥ 1 worker processes), 'local-cuda' or 'tcp://HOST:PORT', "
+                         f"got {spec!r}")
+
+
 @contextmanager
 def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Any]:
-    """A ``distributed.Client`` for ``spec``, closed (with any cluster it started) on exit.
+    """A ``distributed.Client`` for ``spec`` (see ``check_spec``), closed (with any cluster it started) on exit.
 
     ``local:N``: a ``LocalCluster`` of N worker processes, one thread each. ``local-cuda``: a ``dask_cuda``
-    ``LocalCUDACluster``, one worker per visible GPU. ``tcp://HOST:PORT``: the scheduler of a running cluster (its
-    workers need this package installed); ``ValueError`` when none answers within ``timeout_s`` seconds.
+    ``LocalCUDACluster``, one worker per visible GPU. ``tcp://HOST:PORT``: the scheduler of a running cluster, whose
+    workers run this package, one thread each; ``ValueError`` when no scheduler answers within ``timeout_s`` seconds.
     """
+    check_spec(spec)
     try:
+        import dask
         from distributed import Client, LocalCluster
     except ImportError:
         raise RuntimeError("cluster: Dask is not installed; pip install 'assomem_gpu[dist]'") from None
@@ -53,74 +68,117 @@ def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Any]:
         with client:
             yield client
         return
-    if spec == "local-cuda":
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError:
-            raise RuntimeError("cluster: 'local-cuda' needs dask-cuda; pip install 'assomem_gpu[dist-cuda]'") from None
-        cluster = LocalCUDACluster(dashboard_address=":0")
-    else:
-        n = spec.removeprefix("local:")
-        if not spec.startswith("local:") or not n.isdigit() or int(n) < 1:
-            raise ValueError(f"cluster must be 'local:N' (N ≥ 1 worker processes), 'local-cuda' or 'tcp://HOST:PORT', "
-                             f"got {spec!r}")
-        cluster = LocalCluster(n_workers=int(n), threads_per_worker=1, processes=True, dashboard_address=":0",
-                               env=LOCAL_WORKER_ENV)
+    # A nanny writes its pre-spawn variables into this process's environment before it spawns a worker; this
+    # process keeps its own (its encoder's thread pool among them).
+    environ = dict(os.environ)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": LOCAL_WORKER_ENV}):
+            if spec == "local-cuda":
+                try:
+                    from dask_cuda import LocalCUDACluster
+                except ImportError:
+                    raise RuntimeError("cluster: 'local-cuda' needs dask-cuda; pip install 'assomem_gpu[dist-cuda]'"
+                                       ) from None
+                cluster = LocalCUDACluster(dashboard_address=":0")
+            else:
+                cluster = LocalCluster(n_workers=int(spec.removeprefix("local:")), threads_per_worker=1,
+                                       processes=True, dashboard_address=":0")
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
     with cluster, Client(cluster, set_as_default=False) as client:
         yield client
 
 
 class Workers:
-    """A Dask client with one method and one embedded dataset sent to every worker once, and for AssoMem the derived
-    state of the dataset's bank (``AssoMem.prepare``), so that no worker encodes. Its ``per_memory`` and ``per_fold``
-    run the callers' units of work as tasks."""
+    """A Dask client's workers holding one embedded dataset, sent once; per method, the method and (AssoMem) the
+    derived state of the dataset's bank (``AssoMem.prepare``), so that no worker encodes. ``per_memory`` and
+    ``per_fold`` run the callers' units of work as tasks.
 
-    def __init__(self, client, method: Method, data: EmbeddedDataset):
+    ``ValueError`` when the scheduler has no worker within ``CONNECT_TIMEOUT_S``, when a worker runs more than one
+    thread (tasks would share a worker's method and its index cache), or when a worker would run a method's engine
+    on another backend than this process (its results could differ).
+    """
+
+    def __init__(self, client, data: EmbeddedDataset):
         self.client, self.data = client, data
-        derived = method.prepare(data) if hasattr(method, "prepare") else None
-        self._shared = client.scatter([method, data, derived], broadcast=True, hash=False)
-        self.desc = f"{method.name} on {len(client.scheduler_info()['workers'])} workers"
+        try:
+            client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+        except TimeoutError:
+            raise ValueError(f"cluster: the scheduler at {client.scheduler.address} has no workers") from None
+        wide = {addr: n for addr, n in client.nthreads().items() if n != 1}
+        if wide:
+            raise ValueError(f"cluster: workers must run one thread each (dask worker --nthreads 1), these run more: "
+                             f"{wide}")
+        self._data = self.send(data)
+        self._methods: dict[int, tuple] = {}  # id(method) -> (method, its future, its derived state's future)
 
     def send(self, value: Any):
         """``value`` on every worker, as one future to pass to a task."""
         return self.client.scatter([value], broadcast=True, hash=False)[0]
 
-    def per_memory(self, questions: Sequence[int], fn: Callable, *args, progress: bool = True) -> list:
+    def per_memory(self, method: Method, questions: Sequence[int], fn: Callable, *args, progress: bool = True) -> list:
         """``fn(method, data, group, *args)``, one task per memory's ``group`` of ``questions``; one value per
         question, in the order of ``questions``."""
         groups = list(by_memory(self.data.dataset, questions).values())
-        out = self._run([(_bound, fn, *self._shared, g, *args) for g in groups], groups, progress)
+        sent, derived = self._sent(method)
+        out = self._run(method, [(_bound, fn, sent, self._data, derived, g, *args) for g in groups], groups, progress)
         return [out[q] for q in questions]
 
-    def per_fold(self, folds: Sequence[np.ndarray], fn: Callable, *args, progress: bool = True) -> dict[int, Any]:
+    def per_fold(self, method: Method, folds: Sequence[np.ndarray], fn: Callable, *args,
+                 progress: bool = True) -> dict[int, Any]:
         """``fn(method, data, fold, *args)``, one task per fold of question rows; its values by question."""
-        return self._run([(fn, *self._shared[:2], f, *args) for f in folds], [f.tolist() for f in folds], progress)
+        sent, _ = self._sent(method)
+        return self._run(method, [(fn, sent, self._data, f, *args) for f in folds], [f.tolist() for f in folds],
+                         progress)
 
-    def _run(self, calls: list[tuple], keys: list[list[int]], progress: bool) -> dict[int, Any]:
-        """Each call ``(fn, *args)`` as a task returning one value per question of its ``keys`` entry."""
+    def _sent(self, method: Method) -> tuple:
+        if id(method) not in self._methods:
+            if getattr(method, "backend", None) is not None:
+                ours = _engine_of(method)
+                other = {addr: e for addr, e in self.client.run(_engine_of, method).items() if e != ours}
+                if other:
+                    raise ValueError(f"cluster: {method.name} runs {ours} here but {other} on those workers; install "
+                                     f"the same engine on every host")
+            derived = method.prepare(self.data) if hasattr(method, "prepare") else None
+            self._methods[id(method)] = (method, self.send(method), self.send(derived))
+        return self._methods[id(method)][1:]
+
+    def _run(self, method: Method, calls: list[tuple], keys: list[list[int]], progress: bool) -> dict[int, Any]:
+        """Each call ``(fn, *args)`` as a task returning one value per question of its ``keys`` entry; on an error,
+        the tasks left are cancelled."""
         from distributed import as_completed
         from tqdm.auto import tqdm
 
         futures = {self.client.submit(*call, pure=False): qs for call, qs in zip(calls, keys)}
         out: dict[int, Any] = {}
-        for future in tqdm(as_completed(futures, loop=self.client.loop), total=len(futures), desc=self.desc,
-                           unit="task", disable=not progress):
-            out.update(zip(futures[future], future.result()))
-            future.release()
+        desc = f"{method.name} on {len(self.client.nthreads())} workers"
+        try:
+            for future in tqdm(as_completed(futures, loop=self.client.loop), total=len(futures), desc=desc,
+                               unit="task", disable=not progress):
+                out.update(zip(futures[future], future.result()))
+                future.release()
+        finally:
+            self.client.cancel([f for f in futures if not f.done()])
         return out
 
 
-def _bound(fn: Callable, method: Method, data: EmbeddedDataset, derived, group: list[int], *args) -> list:
+def _bound(fn: Callable, method: Method, data: EmbeddedDataset, derived: Any, group: list[int], *args) -> list:
     """A task: ``fn(method, data, group, *args)`` on a worker, the method bound to the client's derived state."""
     if derived is not None:
         method.prepare(data, derived)
     return fn(method, data, group, *args)
 
 
+def _engine_of(method: Method) -> dict:
+    """What runs each component of the method's engine, in this process."""
+    return {"backend": method.backend.name, **{k: c.impl for k, c in method.backend.components.items()}}
+
+
 def worker_peak_rss_mb(client) -> dict[str, float]:
-    """Each worker process's peak resident memory so far (MB), by worker address."""
+    """Each worker process's peak resident memory so far (MB; a restarted worker's since its restart), by address."""
     return {addr: round(kb / 1024, 1) for addr, kb in client.run(_peak_rss_kb).items()}
 
 
 def _peak_rss_kb() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux

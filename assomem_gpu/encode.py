@@ -163,22 +163,22 @@ class EmbeddingCache:
 
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path else default_cache_dir() / "embeddings.sqlite"
-        self._open()
+        self._conn: sqlite3.Connection | None = None
 
     def __getstate__(self) -> dict:
-        """Pickled as its path (a Dask worker opens the same file; SQLite serialises the writers)."""
-        return {"path": self.path}
+        """Pickled as its path: a copy (on a Dask worker) opens the file only if it is read or written there."""
+        return {"path": self.path, "_conn": None}
 
-    def __setstate__(self, state: dict) -> None:
-        self.path = state["path"]
-        self._open()
-
-    def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=60)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key BLOB NOT NULL, "
-                         "vec BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID")
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection, opened (and the table made) on first use."""
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, timeout=60)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key BLOB NOT NULL, "
+                               "vec BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID")
+        return self._conn
 
     @staticmethod
     def key(text: str) -> bytes:

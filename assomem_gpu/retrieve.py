@@ -110,10 +110,8 @@ class BM25:
     def rank(self, data: EmbeddedDataset, questions: Sequence[int], depth: int) -> list[np.ndarray]:
         from .signals.lexical import BM25Index
 
-        texts = data.dataset.bank.encoded_texts()
-
         def score(cand: np.ndarray, group: list[int]) -> np.ndarray:
-            index = BM25Index([texts[i] for i in cand])
+            index = BM25Index(data.dataset.bank.encoded_texts(cand))
             return index.scores([data.dataset.questions[q].text for q in group])
 
         return rank_by_memory(data, questions, depth, score)

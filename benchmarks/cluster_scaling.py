@@ -50,10 +50,11 @@ def main() -> int:
                "questions_per_s": round(n / retrieve, 3), "client_peak_rss_mb": report["peak_rss_mb"],
                "worker_peak_rss_mb": report.get("cluster", {}).get("worker_peak_rss_mb"),
                "metrics": {m: r["metrics"]["all"] for m, r in report["results"].items()}}
-        files = sorted(work.glob(f"{tag}*.jsonl"))
+        files = sorted([*work.glob(f"{tag}.jsonl"), *work.glob(f"{tag}.*.jsonl")])
+        assert files, f"no rankings written for {name}"
         if workers is not None:
             run["rankings_identical_to_one_process"] = all(
-                f.read_bytes() == (work / f.name.replace(tag, "one", 1)).read_bytes() for f in files)
+                f.read_bytes() == (work / ("one" + f.name[len(tag):])).read_bytes() for f in files)
         runs.append(run)
         print(json.dumps(run), flush=True)
     base = runs[0]["retrieve_s"]

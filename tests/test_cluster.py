@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("distributed")
 
 from assomem_gpu.assomem import AssoMem
-from assomem_gpu.cluster import connect
+from assomem_gpu.cluster import Workers, connect
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import make_encoder
 from assomem_gpu.eval.__main__ import main as eval_main
@@ -69,27 +69,35 @@ def test_cluster_gives_the_rankings_and_results_of_one_process(tmp_path, many_me
 
 
 def test_a_worker_killed_mid_run_is_replaced_and_no_question_is_lost_or_doubled(many_memories):
-    ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=60)
+    ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=100)
     data = EmbeddedDataset.build(ds, make_encoder("hashing"))
     method = AssoMem(fusion=fixed_weights(AssoMem().config.signals), encoder=make_encoder("hashing"), device="cpu")
-    # one memory per task, batch size 1: many small tasks, so the kill lands while most are still to run
-    expected = evaluate(data, method, [1, 10], batch_size=1, progress=False).rankings
+    expected = evaluate(data, method, [1, 10], progress=False).rankings
     with connect("local:2") as client:
+        workers = Workers(client, data)
         pids = client.run(os.getpid)
         done: dict = {}
-        job = threading.Thread(target=lambda: done.update(
-            result=evaluate(data, method, [1, 10], batch_size=1, progress=False, client=client)))
-        job.start()
-        deadline = time.monotonic() + 60
-        while not any(client.processing().values()) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        victim = next(w for w, keys in client.processing().items() if keys)
-        assert job.is_alive()
+
+        def job():
+            try:
+                done["result"] = evaluate(data, method, [1, 10], progress=False, workers=workers)
+            except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                done["error"] = exc
+
+        thread = threading.Thread(target=job, daemon=True)
+        thread.start()
+        victim, deadline = None, time.monotonic() + 120
+        while victim is None and thread.is_alive() and time.monotonic() < deadline:
+            victim = next((w for w, keys in client.processing().items() if keys), None)
+            time.sleep(0.002)
+        assert victim is not None, "no worker was seen holding a task"
         os.kill(pids[victim], signal.SIGKILL)
-        job.join(timeout=300)
-        assert not job.is_alive()
+        thread.join(timeout=300)
+        assert not thread.is_alive() and "error" not in done, done.get("error")
+        removed = [msg for _, msg in client.get_events(victim) if msg.get("action") == "remove-worker"]
         after = client.run(os.getpid)
-    assert victim not in after  # the killed worker is gone: its tasks ran again elsewhere
+    assert removed and removed[0]["processing-tasks"]  # it died holding tasks, and they ran again elsewhere
+    assert victim not in after
     got = done["result"].rankings
     assert len(got) == len(expected) == 16
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))
@@ -100,7 +108,8 @@ def test_baselines_and_cross_validation_run_as_tasks(many_memories):
     data = EmbeddedDataset.build(ds, make_encoder("hashing"))
     method = AssoMem(encoder=make_encoder("hashing"), device="cpu")  # no weights: cross-validated, folds as tasks
     with connect("local:1") as client:
-        spread = [evaluate(data, m, [5], folds=4, progress=False, client=client).rankings
+        workers = Workers(client, data)
+        spread = [evaluate(data, m, [5], folds=4, progress=False, workers=workers).rankings
                   for m in (make_method("session-flat"), method)]
     single = [evaluate(data, m, [5], folds=4, progress=False).rankings for m in (make_method("session-flat"), method)]
     for a, b in zip(spread, single):
@@ -117,6 +126,15 @@ def test_a_scheduler_that_is_not_there_is_a_clear_error(capsys, jsonl_file):
     for spec in ("local:0", "local:two", "mpi://x"):
         assert eval_main(["--dataset", f"jsonl:{jsonl_file}", "--encoder", "hashing", "--cluster", spec]) == 2
         assert "cluster must be 'local:N'" in capsys.readouterr().err
+
+
+def test_workers_of_several_threads_are_refused(jsonl_file):
+    from distributed import Client, LocalCluster
+
+    data = EmbeddedDataset.build(load_dataset(f"jsonl:{jsonl_file}"), make_encoder("hashing"))
+    with LocalCluster(n_workers=1, threads_per_worker=2, dashboard_address=":0") as cluster, Client(cluster) as client:
+        with pytest.raises(ValueError, match="one thread each"):
+            Workers(client, data)
 
 
 def test_calibrate_on_a_cluster_writes_the_weights_of_one_process(tmp_path, many_memories):
@@ -140,5 +158,5 @@ def test_local_cuda_cluster_ranks_as_one_gpu_process(many_memories):
     method = AssoMem(fusion=fixed_weights(AssoMem().config.signals), encoder=make_encoder("hashing"), device="cuda")
     expected = evaluate(data, method, [10], progress=False).rankings
     with connect("local-cuda") as client:
-        got = evaluate(data, method, [10], progress=False, client=client).rankings
+        got = evaluate(data, method, [10], progress=False, workers=Workers(client, data)).rankings
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))

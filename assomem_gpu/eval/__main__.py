@@ -13,6 +13,7 @@ from pathlib import Path
 from ..assomem import HYBRID_BASELINES, make_assomem
 from ..backend import Backend, get_backend
 from ..cli_options import add_assomem_options, add_cluster_option, config_from_options
+from ..cluster import Workers, connect, worker_peak_rss_mb
 from ..data import load_dataset
 from ..encode import DEFAULT_MODEL, make_encoder
 from ..fusion import fixed_weights, load_weights, restrict
@@ -89,10 +90,6 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
     t0 = time.perf_counter()
     client = None
     try:
-        if args.cluster:  # first: an unreachable scheduler fails before any work
-            from ..cluster import connect
-
-            client = stack.enter_context(connect(args.cluster))
         outputs = [rankings_path(args.rankings, m, len(args.methods)) for m in args.methods] if args.rankings else []
         for path in outputs + ([Path(args.output)] if args.output else []):
             check_writable(path)
@@ -105,6 +102,8 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
         if any(getattr(m, "needs_calibration", False) for m in methods) and len(ds.questions) < args.folds:
             raise ValueError(f"cross-validation with --folds {args.folds} needs at least {args.folds} questions, the "
                              f"dataset has {len(ds.questions)}; pass --weights FILE, --fixed-weights or fewer --folds")
+        if args.cluster:  # before the encoding: an unreachable scheduler fails early
+            client = stack.enter_context(connect(args.cluster))
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -113,8 +112,13 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
     t1 = time.perf_counter()
     data = EmbeddedDataset.build(ds, encoder)
     encode_s = time.perf_counter() - t1
+    try:
+        workers = None if client is None else Workers(client, data)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     results = [evaluate(data, m, args.k, depth=args.depth, batch_size=args.batch_size, progress=not args.quiet,
-                        folds=args.folds, seed=args.seed, client=client) for m in methods]
+                        folds=args.folds, seed=args.seed, workers=workers) for m in methods]
     written = []
     if args.rankings:
         for r in results:
@@ -133,8 +137,6 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
         "results": {r.method: r.to_json() for r in results},
     }
     if client is not None:
-        from ..cluster import worker_peak_rss_mb
-
         peaks = worker_peak_rss_mb(client)
         report["cluster"] = {"spec": args.cluster, "workers": len(peaks), "worker_peak_rss_mb": list(peaks.values())}
     print_report(report)

@@ -31,10 +31,10 @@ class EvalResult:
 
 
 def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: int = 100, batch_size: int = 64,
-             progress: bool = True, folds: int = 5, seed: int = 0, client=None) -> EvalResult:
+             progress: bool = True, folds: int = 5, seed: int = 0, workers: Workers | None = None) -> EvalResult:
     """Rank every question of ``data`` with ``method``, a memory at a time in batches of ``batch_size`` questions,
-    and score the rankings. ``client``: a Dask client to run the memories (and folds) on (``cluster``); the
-    rankings are the same.
+    and score the rankings. ``workers``: Dask workers holding ``data`` (``cluster.Workers``) to run the memories
+    (and folds) on, with the same rankings.
 
     A method that needs calibration (AssoMem without saved weights) is cross-validated over ``folds`` folds.
     """
@@ -44,13 +44,12 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
     depth = max(depth, EXPORT_MIN_DEPTH, *ks)
     start = time.perf_counter()
     rows = list(range(len(ds.questions)))
-    workers = None if client is None else Workers(client, method, data)
     if getattr(method, "needs_calibration", False):
         from ..calibrate import cross_validated_rankings
 
         rankings = cross_validated_rankings(method, data, rows, folds, depth, seed, batch_size, progress, workers)
     elif workers is not None:
-        rankings = workers.per_memory(rows, rank_memory, depth, batch_size, progress=progress)
+        rankings = workers.per_memory(method, rows, rank_memory, depth, batch_size, progress=progress)
     else:
         ranked: dict[int, np.ndarray] = {}
         for group in tqdm(list(by_memory(ds, rows).values()), desc=method.name, unit="memory", disable=not progress):
