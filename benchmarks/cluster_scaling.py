@@ -1,6 +1,6 @@
-"""The eval CLI in one process and on Dask LocalClusters of 1, 2, … worker processes, on one machine, in one run:
-wall time, questions/s, the ratio to one process, peak memory per worker, and whether every rankings file is
-byte-identical to the one-process run.
+"""The eval CLI in one process (with its default thread pools, and with one thread each, as a local worker runs) and
+on Dask LocalClusters of 1, 2, … worker processes, on one machine, in one run: wall time, questions/s, the ratio to
+one process, peak memory per worker, and whether every rankings file is byte-identical to the one-process run.
 
     python benchmarks/cluster_scaling.py --dataset longmemeval:../shared/data/longmemeval/longmemeval_s_dev.json.gz \
         --haystack-sessions 500 --workers 1 2 --output benchmarks/results/cluster_l500.json
@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -31,17 +33,18 @@ def main() -> int:
     p.add_argument("--output", required=True)
     args = p.parse_args()
     runs, work = [], Path(tempfile.mkdtemp(prefix="cluster_scaling_"))
-    for workers in [None, *args.workers]:
-        name = "one-process" if workers is None else f"local:{workers}"
-        tag = "one" if workers is None else f"w{workers}"
+    for workers in [None, 0, *args.workers]:  # None: one process; 0: one process of one thread
+        name = {None: "one-process", 0: "one-process, 1 thread"}.get(workers, f"local:{workers}")
+        tag = {None: "one", 0: "one1"}.get(workers, f"w{workers}")
         cmd = [sys.executable, "-m", "assomem_gpu.eval", "--quiet", "--dataset", args.dataset, "--method", args.method,
                "--rankings", str(work / f"{tag}.jsonl"), "--output", str(work / f"{tag}.json")]
         cmd += ["--haystack-sessions", str(args.haystack_sessions)] if args.haystack_sessions else []
         cmd += ["--limit", str(args.limit)] if args.limit else []
         cmd += ["--cluster", name] if workers else []
+        env = {**os.environ, **(ONE_THREAD if workers == 0 else {})}
         print(" ".join(cmd), flush=True)
         start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
         wall = time.perf_counter() - start
         report = json.loads((work / f"{tag}.json").read_text())
         n = report["n_questions"]
@@ -52,7 +55,7 @@ def main() -> int:
                "metrics": {m: r["metrics"]["all"] for m, r in report["results"].items()}}
         files = sorted([*work.glob(f"{tag}.jsonl"), *work.glob(f"{tag}.*.jsonl")])
         assert files, f"no rankings written for {name}"
-        if workers is not None:
+        if workers is not None:  # every run but the first
             run["rankings_identical_to_one_process"] = all(
                 f.read_bytes() == (work / ("one" + f.name[len(tag):])).read_bytes() for f in files)
         runs.append(run)
