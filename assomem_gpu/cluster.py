@@ -72,7 +72,8 @@ def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Any]:
     # process keeps its own (its encoder's thread pool among them).
     environ = dict(os.environ)
     try:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": LOCAL_WORKER_ENV}):
+        spawn_env = {**dask.config.get("distributed.nanny.pre-spawn-environ"), **LOCAL_WORKER_ENV}
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_env}):
             if spec == "local-cuda":
                 try:
                     from dask_cuda import LocalCUDACluster
