@@ -30,11 +30,11 @@ import numpy as np
 from .retrieve import EmbeddedDataset, Method, by_memory
 
 CONNECT_TIMEOUT_S = 10.0
-# A local worker runs one task at a time on one core: its BLAS, OpenMP and Numba pools get one thread too, so N workers
-# share the cores instead of each starting a pool as wide as the machine. Set before the worker's interpreter starts
-# (Dask's ``pre-spawn-environ``), as these libraries read them once, when they load.
-LOCAL_WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                    "NUMBA_NUM_THREADS": "1"}
+# A local worker runs one task at a time on one core, so its Numba pool gets one thread too: N workers share the cores
+# instead of each starting a pool as wide as the machine. (Dask's own ``distributed.nanny.pre-spawn-environ`` gives its
+# BLAS and OpenMP pools one thread.) Set in the worker before it imports Numba, never in this process, whose Numba
+# pool may already run.
+LOCAL_WORKER_ENV = {"NUMBA_NUM_THREADS": "1"}
 
 
 def check_spec(spec: str) -> None:
@@ -56,7 +56,6 @@ def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Any]:
     """
     check_spec(spec)
     try:
-        import dask
         from distributed import Client, LocalCluster
     except ImportError:
         raise RuntimeError("cluster: Dask is not installed; pip install 'assomem_gpu[dist]'") from None
@@ -68,22 +67,19 @@ def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Any]:
         with client:
             yield client
         return
-    # A nanny writes its pre-spawn variables into this process's environment before it spawns a worker; this
-    # process keeps its own (its encoder's thread pool among them).
+    # A nanny writes Dask's pre-spawn variables (one BLAS and OpenMP thread) into this process's environment before it
+    # spawns a worker; this process keeps its own, so its encoder still uses every core.
     environ = dict(os.environ)
     try:
-        spawn_env = {**dask.config.get("distributed.nanny.pre-spawn-environ"), **LOCAL_WORKER_ENV}
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_env}):
-            if spec == "local-cuda":
-                try:
-                    from dask_cuda import LocalCUDACluster
-                except ImportError:
-                    raise RuntimeError("cluster: 'local-cuda' needs dask-cuda; pip install 'assomem_gpu[dist-cuda]'"
-                                       ) from None
-                cluster = LocalCUDACluster(dashboard_address=":0")
-            else:
-                cluster = LocalCluster(n_workers=int(spec.removeprefix("local:")), threads_per_worker=1,
-                                       processes=True, dashboard_address=":0")
+        if spec == "local-cuda":
+            try:
+                from dask_cuda import LocalCUDACluster
+            except ImportError:
+                raise RuntimeError("cluster: 'local-cuda' needs dask-cuda; pip install 'assomem_gpu[dist-cuda]'") from None
+            cluster = LocalCUDACluster(dashboard_address=":0")
+        else:
+            cluster = LocalCluster(n_workers=int(spec.removeprefix("local:")), threads_per_worker=1, processes=True,
+                                   dashboard_address=":0", env=LOCAL_WORKER_ENV)
     finally:
         os.environ.clear()
         os.environ.update(environ)
