@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, stack: ExitStack) -> int:
+    """``main`` after parsing; ``stack`` closes the Dask client (and its local cluster) on the way out."""
     t0 = time.perf_counter()
     client = None
     try:
