@@ -37,6 +37,7 @@ from .index import MemoryIndex, Session, Utterance
 from .memory import Dataset, Memory, MemoryBank, Question
 from .reference import reference_top
 from .retrieve import EmbeddedDataset
+from .rss import peak_rss_mb
 
 DAY = 86_400.0
 
@@ -233,7 +234,9 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
         file_mb = path.stat().st_size / 2**20
         loaded = []
         load_s = _timed(lambda: loaded.append(MemoryIndex.load(path, encoder=encoder, device=backend)))
-    peak_rss_mb = _peak_rss_mb()  # the index's work; the floor's whole-graph batch and the rebuild below are the bench's
+    # the peak so far (scales run smallest first: the largest yet's), read before the floor's whole-graph batch and
+    # the rebuild below, which are the bench's work, not the index's
+    peak_mb = peak_rss_mb()
     ppr = ppr_against_floor(backend, index._state.graph, config) if "importance" in config.signals else {}
     probe = list(range(min(50, n_q)))
     after = [[h.utterance_id for h in hits] for hits in search(probe)]
@@ -260,7 +263,7 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
         "remove_session_ms": round(float(np.median(remove_ms)), 3),
         "save_s": round(save_s, 4), "load_s": round(load_s, 4), "index_file_mb": round(file_mb, 2),
         "after_writes_equals_rebuild": after == same, "load_equals_saved": after == reloaded,
-        "peak_rss_mb": round(peak_rss_mb, 1), **ppr,
+        "peak_rss_mb": round(peak_mb, 1), **ppr,
         **reference,
     }
 
@@ -281,14 +284,6 @@ def growth(scales: list[dict]) -> list[dict]:
                     "slopes": {k: round(math.log(v / u) / x, 2) for k, (u, v) in pairs.items()
                                if x > 0 and u and v and u > 0 and v > 0}})
     return out
-
-
-def _peak_rss_mb() -> float:
-    """The process's peak resident memory so far (scales run smallest first, so it is that of the largest yet, read
-    before the scale's whole-graph PPR floor and its rebuild check)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,13 +21,13 @@ on the workers only: if every worker dies at once (or the only one), the job fai
 from __future__ import annotations
 
 import os
-import resource
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from .retrieve import EmbeddedDataset, Method, by_memory
+from .rss import peak_rss_mb
 
 CONNECT_TIMEOUT_S = 10.0
 # A local worker runs one task at a time on one core, so its Numba pool gets one thread too: N workers share the cores
@@ -174,8 +174,4 @@ def _engine_of(method: Method) -> dict:
 
 def worker_peak_rss_mb(client) -> dict[str, float]:
     """Each worker process's peak resident memory so far (MB; a restarted worker's since its restart), by address."""
-    return {addr: round(kb / 1024, 1) for addr, kb in client.run(_peak_rss_kb).items()}
-
-
-def _peak_rss_kb() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {addr: round(mb, 1) for addr, mb in client.run(peak_rss_mb).items()}

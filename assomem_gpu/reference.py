@@ -186,6 +186,5 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
 def _bm25(graphs: dict, ds, memory: int, utterances: np.ndarray) -> BM25Index:
     """The memory's BM25 index over its utterances (cached in ``graphs``)."""
     if ("bm25", memory) not in graphs:
-        texts = ds.bank.encoded_texts()
-        graphs[("bm25", memory)] = BM25Index([texts[i] for i in utterances])
+        graphs[("bm25", memory)] = BM25Index(ds.bank.encoded_texts(utterances))
     return graphs[("bm25", memory)]

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 from contextlib import ExitStack
@@ -18,6 +17,7 @@ from ..data import load_dataset
 from ..encode import DEFAULT_MODEL, make_encoder
 from ..fusion import fixed_weights, load_weights, restrict
 from ..retrieve import METHODS, EmbeddedDataset, make_method
+from ..rss import peak_rss_mb
 from .metrics import DEFAULT_KS
 from .report import print_report
 from .runner import evaluate, write_rankings
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
         "engine": backend.describe(),
         "timing": {"load_s": round(load_s, 3), "encode_s": round(encode_s, 3),
                    "total_s": round(time.perf_counter() - t0, 3)},
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
         "results": {r.method: r.to_json() for r in results},
     }
     if client is not None:

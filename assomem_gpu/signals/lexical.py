@@ -1,8 +1,8 @@
 """Lexical relevance: BM25 over one memory's utterances, kept up to date as sessions come and go."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 import threading
+from dataclasses import dataclass
 from itertools import chain
 from typing import Sequence
 
