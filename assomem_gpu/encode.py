@@ -11,6 +11,8 @@ import json
 import os
 import re
 import sqlite3
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -61,23 +63,33 @@ class TransformersEncoder:
     Pooling, normalisation and the maximum sequence length come from the model's sentence-transformers files
     (``1_Pooling/config.json``, ``modules.json``, ``sentence_bert_config.json``) when present; mean pooling, L2
     normalisation and the tokenizer's limit otherwise. Texts are batched by length to waste little padding.
+
+    Calls take turns (a lock): each already uses every core torch is given. On the CPU, a batch of at most
+    ``one_thread_tokens`` tokens (default 32: one question) runs on one thread: split across cores it gains about a
+    millisecond, and the idle OpenMP workers then spin for milliseconds, taking the cores from the search kernels that
+    follow (a free-text search at 2,500 sessions: 20 ms with two threads, 13 ms with one; ``python -m assomem_gpu.bench``).
     """
 
-    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, device: str = "cpu"):
+    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, device: str = "cpu",
+                 one_thread_tokens: int = 32):
         from transformers import AutoConfig, AutoTokenizer
 
         self.path = resolve_model_path(model)
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         config = AutoConfig.from_pretrained(self.path)
-        self.device, self.batch_size = device, batch_size
+        self.device, self.batch_size, self.one_thread_tokens = device, batch_size, one_thread_tokens
         self.pooling, self.normalize, self.max_length = _sentence_transformers_config(self.path, self.tokenizer, config)
         self.dim = int(config.hidden_size)
         self.name = f"{model}|{self.pooling}|norm={self.normalize}|max={self.max_length}"
         self._model = None  # loaded on the first encode, so fully cached runs never load the weights
+        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        """Pickled without the weights: they load where it first encodes."""
-        return {**self.__dict__, "_model": None}
+        """Pickled without the weights (they load where it first encodes) and the lock."""
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_model": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
     def _loaded(self):
         if self._model is None:
@@ -96,14 +108,31 @@ class TransformersEncoder:
             return out
         order = np.argsort([-len(t) for t in texts], kind="stable")
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        model = self._loaded()
-        with torch.inference_mode():
+        with self._lock, torch.inference_mode():
+            model = self._loaded()
             for idx in batches:
                 enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
                                      max_length=self.max_length, return_tensors="pt").to(self.device)
-                hidden = model(**enc).last_hidden_state
+                one = self.device == "cpu" and enc["input_ids"].numel() <= self.one_thread_tokens
+                with _torch_threads(1 if one else None):
+                    hidden = model(**enc).last_hidden_state
                 out[idx] = _pool(hidden, enc["attention_mask"], self.pooling, self.normalize).float().cpu().numpy()
         return out
+
+
+@contextmanager
+def _torch_threads(n: int | None):
+    """torch's intra-op threads set to ``n`` inside (None: left as they are)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if n is not None and n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def _sentence_transformers_config(path: Path, tokenizer, config) -> tuple[str, bool, int]:

@@ -21,6 +21,35 @@ def test_bundled_minilm_matches_sentence_transformers(minilm):
     assert minilm.max_length == 256 and minilm.pooling == "mean" and minilm.normalize
 
 
+def test_short_batches_run_on_one_thread_and_agree(minilm):
+    import pickle
+    import threading
+
+    import torch
+
+    before = torch.get_num_threads()
+    question = "What is my dog called?"
+    seen = []
+    hook = minilm._loaded().register_forward_hook(lambda *_: seen.append(torch.get_num_threads()))
+    try:
+        alone = minilm.encode([question])  # 8 tokens: one thread
+        batched = minilm.encode([question, "x " * 100])[0]  # over the limit: torch's threads
+    finally:
+        hook.remove()
+    assert seen == [1, before] and torch.get_num_threads() == before  # restored
+    assert np.abs(alone[0] - batched).max() < 1e-5
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(minilm.encode([question, "x " * 40]))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4 and all(np.array_equal(r, results[0]) for r in results)
+    assert torch.get_num_threads() == before
+    copy = pickle.loads(pickle.dumps(minilm))  # without weights or lock; both come back where it encodes
+    assert copy._model is None and np.abs(copy.encode([question]) - alone).max() < 1e-6
+
+
 def test_minilm_ranks_paraphrase_first(minilm):
     q, a, b = minilm.encode(["What is my dog called?", "My puppy's name is Max.", "The stock market fell today."])
     assert q @ a > q @ b + 0.1
