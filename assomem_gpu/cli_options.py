@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 
 from .config import CLUE_MODES, SIGNALS, AssoMemConfig
-from .graph import GraphConfig
+from .graph import CLUE_MERGES, GraphConfig
 
 
 def add_cluster_option(p: argparse.ArgumentParser) -> None:
@@ -26,6 +26,8 @@ def add_assomem_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--llm", default=d.llm, help="LLM of --clue-mode llm: smollm2, hf:<model>[::<gguf>], openai:<url>#<model>")
     a.add_argument("--clue-mix", type=float, default=d.clue_mix, help="weight of the clue embedding in a clue's score")
     a.add_argument("--delta", type=float, default=g.delta, help="δ: clue merge threshold")
+    a.add_argument("--clue-merge", choices=CLUE_MERGES, default=g.clue_merge,
+                   help="δ-similar clues merge transitively (components) or around the first session of each (leaders)")
     a.add_argument("--gamma", type=float, default=g.gamma, help="γ: similarity-edge threshold")
     a.add_argument("--max-neighbors", type=int, default=g.max_neighbors, help="similarity edges kept per node")
     a.add_argument("--adjacency-weight", type=float, default=g.adjacency_weight, help="weight of consecutive-turn edges")
@@ -67,7 +69,7 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
     if not signals:
         raise ValueError("every signal is switched off")
     try:  # the configs check the values; their errors name the option
-        graph = GraphConfig(delta=args.delta, gamma=args.gamma, max_neighbors=args.max_neighbors,
+        graph = GraphConfig(delta=args.delta, clue_merge=args.clue_merge, gamma=args.gamma, max_neighbors=args.max_neighbors,
                             adjacency_weight=args.adjacency_weight, speakers=args.speakers,
                             exact_limit=args.exact_limit, n_probe=args.n_probe)
         return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, llm=args.llm,

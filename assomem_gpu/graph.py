@@ -8,11 +8,16 @@ Nodes are ``[utterances | clues | speakers]``. Edges (symmetric, weighted, CSR):
 - turn adjacency: consecutive utterances of a session (the dialogue's own structure; weight 0 turns it off);
 - speakers (optional, the paper's metadata extension): utterance — the person who said it.
 
-Clues: one per session (``clues.py`` makes their text and embeddings), merged when their cosine exceeds δ, transitively
-(connected components of the δ-graph); a merged clue's embedding is the normalised mean of its members'.
+Clues: one per session (``clues.py`` makes their text and embeddings), merged when their cosine exceeds δ
+(``GraphConfig.clue_merge``): transitively, the connected components of the δ-graph (the paper's rule, the default), or
+around leaders: in session order, a session joins the clue of the first earlier leader it is δ-similar to, or leads a
+clue of its own, so every member is δ-similar to its leader and no chain grows a clue (in a dense memory, components
+hold most sessions: 1,123 of 2,500 in a LongMemEval haystack; leader clues at most 26). A merged clue's embedding is
+the normalised mean of its members'.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -25,9 +30,13 @@ from .ivf import Codebook
 from .memory import MemoryBank
 
 
+CLUE_MERGES = ("components", "leaders")
+
+
 @dataclass(frozen=True)
 class GraphConfig:
     delta: float = 0.7  # clue merge threshold δ
+    clue_merge: str = "components"  # how δ-similar clues merge: "components" (transitively) or "leaders"
     gamma: float = 0.7  # similarity-edge threshold γ (clue–clue and utterance–utterance)
     max_neighbors: int = 10  # similarity edges kept per node (the strongest above γ)
     adjacency_weight: float = 1.0  # weight of edges between consecutive turns; 0 = none
@@ -45,6 +54,8 @@ class GraphConfig:
             value = getattr(self, name)
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
                 raise ValueError(f"GraphConfig.{name} must be an integer >= {low}, got {value!r}")
+        if self.clue_merge not in CLUE_MERGES:
+            raise ValueError(f"GraphConfig.clue_merge must be one of {CLUE_MERGES}, got {self.clue_merge!r}")
         if not (isinstance(self.adjacency_weight, (int, float)) and 0 <= self.adjacency_weight < math.inf):
             raise ValueError(f"GraphConfig.adjacency_weight must be finite and >= 0, got {self.adjacency_weight!r}")
 
@@ -247,16 +258,38 @@ def _range_search(x: np.ndarray, radius: float, block: int = 2048) -> tuple[np.n
     return np.concatenate([i, j]), np.concatenate([j, i]), np.concatenate([s, s])
 
 
-def merge_clues(session_emb: np.ndarray, delta: float) -> np.ndarray:
-    """Clue label of each session: connected components of the graph of clue pairs with cosine > δ (labels in the
-    order of each component's first session)."""
+def merge_clues(session_emb: np.ndarray, delta: float, how: str = "components") -> np.ndarray:
+    """Clue label of each session, labels in the order of each clue's first session: ``how="components"``, the
+    connected components of the graph of clue pairs with cosine > δ; ``"leaders"``, clues around leaders (see the
+    module docstring)."""
     n = len(session_emb)
     if n == 0:
         return np.zeros(0, np.int64)
     i, j, _ = similarity_pairs(session_emb, delta, k=n)
+    if how == "leaders":
+        order = np.lexsort((j, i))
+        return _leader_labels(n, i[order], j[order])
     graph = sp.csr_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
     _, labels = connected_components(graph, directed=False)
     return labels.astype(np.int64)
+
+
+def _leader_labels(n: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Leader clues of ``n`` sessions from their δ-pairs (``rows`` ascending, each row's ``cols`` ascending)."""
+    starts = np.searchsorted(rows, np.arange(n + 1))
+    leads = np.zeros(n, bool)
+    labels = np.empty(n, np.int64)
+    n_clues = 0
+    for s in range(n):
+        near = cols[starts[s] : starts[s + 1]]
+        near = near[near < s]
+        near = near[leads[near]]
+        if len(near):
+            labels[s] = labels[near[0]]
+        else:
+            leads[s], labels[s] = True, n_clues
+            n_clues += 1
+    return labels
 
 
 def _clue_means(session_emb: np.ndarray, labels: np.ndarray, n_clues: int) -> np.ndarray:
@@ -273,7 +306,7 @@ def _no_pairs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def clue_state(session_emb: np.ndarray, config: GraphConfig) -> ClueState:
     """Clues of a memory from its sessions' clue embeddings: δ-merged, with their candidate similarity pairs."""
-    labels = merge_clues(session_emb, config.delta)
+    labels = merge_clues(session_emb, config.delta, config.clue_merge)
     emb = _clue_means(session_emb, labels, int(labels.max()) + 1 if len(labels) else 0)
     pairs = _range_search(emb, config.gamma - 1e-4) if len(emb) > 1 else _no_pairs()
     return ClueState(labels, emb, pairs)
@@ -283,14 +316,18 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
     """``state`` with the sessions ``session_emb[len(state.labels):]`` added one by one, equal to ``clue_state``
     (bit for bit: both take their cosines from ``exact_cosines``).
 
-    A new session either starts a clue (components are numbered by their first session, so it comes last) or joins
-    every clue it links to into the first of them; only that clue's embedding and pairs are recomputed.
+    A new session either starts a clue (clues are numbered by their first session, so it comes last) or joins
+    every clue it links to into the first of them (components), or the clue of the first leader it links to
+    (leaders); only that clue's embedding and pairs are recomputed.
     """
     labels, emb, (ci, cj, cs) = state.labels, state.emb, state.candidates
     for s in range(len(labels), len(session_emb)):
         near = np.flatnonzero(session_emb[:s] @ session_emb[s] > config.delta - 1e-4)
         sims = np.round(exact_cosines(session_emb, near, np.full(len(near), s)), 6)  # as select_top rounds
-        linked = np.unique(labels[near[sims > config.delta]])
+        near = near[sims > config.delta]
+        if config.clue_merge == "leaders":
+            near = near[_leaders(labels)[near] == near][:1]
+        linked = np.unique(labels[near])
         n_c = len(emb)
         remap = np.arange(n_c)
         if len(linked) == 0:
@@ -453,21 +490,28 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
 
 def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarray, config: GraphConfig) -> ClueState:
     """``state`` without the sessions whose ``keep`` mask is False, equal to ``clue_state(session_emb)`` (the kept
-    sessions' clue embeddings). Only the clues that lost a session are split again (the δ-components among their
-    remaining sessions); their embeddings and pairs are recomputed, the others keep theirs."""
+    sessions' clue embeddings). Only the clues whose members change are made anew (components: the δ-components
+    among the remaining sessions of a clue that lost one; leaders: ``_leaders_after_removal``); their embeddings and
+    pairs are recomputed, the others keep theirs."""
     labels, emb, (ci, cj, cs) = state.labels, state.emb, state.candidates
     kept_labels = labels[keep]
     touched = np.zeros(len(emb), bool)
     touched[labels[~keep]] = True
+    pieces = []  # the kept sessions of each clue made anew
+    if config.clue_merge == "leaders":
+        new = _leaders_after_removal(labels, keep, session_emb, config.delta)
+        touched[kept_labels[new != _leaders(kept_labels)]] = True  # a session moved: its old clue ...
+        touched[kept_labels[new[touched[kept_labels]]]] = True  # ... and the one it joins change
+        mine = np.flatnonzero(touched[kept_labels])
+        pieces = [mine[new[mine] == lead] for lead in np.unique(new[mine])]
     present, first = np.unique(kept_labels, return_index=True)
     untouched, firsts = present[~touched[present]], list(first[~touched[present]])
-    pieces = []  # the kept sessions of each clue split anew
-    for c in present[touched[present]]:
-        members = np.flatnonzero(kept_labels == c)
-        sub = merge_clues(session_emb[members], config.delta)
-        split = [members[sub == p] for p in range(int(sub.max()) + 1)]
-        pieces += split
-        firsts += [p[0] for p in split]
+    if config.clue_merge == "components":
+        for c in present[touched[present]]:
+            members = np.flatnonzero(kept_labels == c)
+            sub = merge_clues(session_emb[members], config.delta)
+            pieces += [members[sub == p] for p in range(int(sub.max()) + 1)]
+    firsts += [p[0] for p in pieces]
     rank = np.empty(len(firsts), np.int64)
     rank[np.argsort(np.asarray(firsts, np.int64), kind="stable")] = np.arange(len(firsts))  # numbered by first session
     old_to_new = np.full(len(emb), -1, np.int64)
@@ -490,6 +534,39 @@ def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarra
         cj += [others, mine]
         cs += [sims, sims]
     return ClueState(new_labels, new_emb, (np.concatenate(ci), np.concatenate(cj), np.concatenate(cs)))
+
+
+def _leaders(labels: np.ndarray) -> np.ndarray:
+    """Per session, the first session of its clue (its leader), by position in ``labels``."""
+    present, first = np.unique(labels, return_index=True)
+    return first[np.searchsorted(present, labels)]
+
+
+def _leaders_after_removal(labels: np.ndarray, keep: np.ndarray, session_emb: np.ndarray, delta: float) -> np.ndarray:
+    """The leader (a kept position) of each kept session once the sessions ``~keep`` are gone, equal to a fresh
+    ``merge_clues(session_emb, delta, "leaders")``. Only what a removed leader set loose is redone, in session order:
+    its followers look for their first leader again; a session that becomes or stops being a leader sends the later
+    sessions δ-similar to it to do the same."""
+    position = np.cumsum(keep) - 1
+    old = _leaders(labels)
+    lead = np.where(keep[old], position[old], -1)[keep]
+    queue = list(np.flatnonzero(lead < 0))
+    queued = set(queue)
+    heapq.heapify(queue)
+    while queue:
+        a = heapq.heappop(queue)
+        near = np.flatnonzero(session_emb @ session_emb[a] > delta - 1e-4)
+        near = near[np.round(exact_cosines(session_emb, near, np.full(len(near), a)), 6) > delta]  # as select_top
+        earlier = near[near < a]
+        earlier = earlier[lead[earlier] == earlier]
+        was = lead[a] == a
+        lead[a] = earlier[0] if len(earlier) else a
+        if was != (lead[a] == a):
+            for s in near[near > a]:
+                if s not in queued:
+                    queued.add(s)
+                    heapq.heappush(queue, s)
+    return lead
 
 
 def assemble(bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,

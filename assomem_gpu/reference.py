@@ -25,15 +25,21 @@ def reference_graph(data: EmbeddedDataset, memory: int, session_clue_emb: np.nda
     ds, cfg = data.dataset, method.config.graph
     sessions = list(ds.memories[memory].sessions)
     session_clue_emb = dict(zip(sessions, session_clue_emb))
-    # merge clues: sessions linked when cosine > δ among each one's nearest neighbours; components are clues
-    merge = nx.Graph()
-    merge.add_nodes_from(range(len(sessions)))
-    for i in range(len(sessions)):
-        row = _cosines(np.stack([session_clue_emb[s] for s in sessions]), i)
-        for j in range(len(sessions)):
-            if i != j and row[j] > cfg.delta:
-                merge.add_edge(i, j)
-    components = sorted((sorted(c) for c in nx.connected_components(merge)), key=lambda c: c[0])
+    # merge clues: sessions linked when cosine > δ; components are clues, or each session joins the first earlier
+    # leader it is linked to (a session linked to no leader leads a clue)
+    cosines = np.stack([session_clue_emb[s] for s in sessions])
+    linked = [[j for j, v in enumerate(_cosines(cosines, i)) if i != j and v > cfg.delta] for i in range(len(sessions))]
+    if cfg.clue_merge == "leaders":
+        groups: dict[int, list[int]] = {}
+        for i in range(len(sessions)):
+            leader = next((j for j in linked[i] if j < i and j in groups), i)
+            groups.setdefault(leader, []).append(i)
+        components = [groups[leader] for leader in sorted(groups)]
+    else:
+        merge = nx.Graph()
+        merge.add_nodes_from(range(len(sessions)))
+        merge.add_edges_from((i, j) for i in range(len(sessions)) for j in linked[i])
+        components = sorted((sorted(c) for c in nx.connected_components(merge)), key=lambda c: c[0])
     clue_of_session = {sessions[s]: c for c, members in enumerate(components) for s in members}
     clue_emb = np.stack([_normalise(np.sum([session_clue_emb[sessions[s]] for s in members], axis=0))
                          for members in components])

@@ -31,6 +31,53 @@ def test_merge_is_transitive():
     assert labels[0] == labels[1] == labels[2] != labels[3]
 
 
+def test_leader_merge_does_not_chain():
+    # the chain of test_merge_is_transitive: c is near b, but b follows a, and c is not near a: c leads its own clue
+    a, b, c = [1, 0, 0], [0.9, 0.436, 0], [0.62, 0.785, 0]
+    emb = unit([a, b, c, [0, 0, 1], [0.95, 0.31, 0]])
+    assert merge_clues(emb, 0.85, "leaders").tolist() == [0, 0, 1, 2, 0]
+    with pytest.raises(ValueError, match="clue_merge"):
+        GraphConfig(clue_merge="chains")
+
+
+def arc(n: int, seed: int) -> np.ndarray:
+    """``n`` unit vectors along an arc (each δ-near a few others: leaders' removals cascade), in shuffled order."""
+    rng = np.random.default_rng(seed)
+    angle = rng.permutation(np.linspace(0, 3.0, n))
+    emb = np.zeros((n, 8))
+    emb[:, 0], emb[:, 1] = np.cos(angle), np.sin(angle)
+    emb[:, 2:] = 0.02 * rng.normal(size=(n, 6))
+    return unit(emb).astype(np.float32)
+
+
+def test_leader_clues_grow_and_shrink_as_built():
+    config = GraphConfig(delta=0.97, gamma=0.9, max_neighbors=3, clue_merge="leaders")
+    key = lambda c: sorted(zip(c[0].tolist(), c[1].tolist(), c[2].tolist()))  # noqa: E731
+    emb = arc(40, 0)
+    state = clue_state(emb[:1], config)
+    for n in range(2, len(emb) + 1):
+        state = grow_clue_state(state, emb[:n], config)
+    built = clue_state(emb, config)
+    assert np.array_equal(state.labels, built.labels) and np.array_equal(state.emb, built.emb)
+    assert key(state.candidates) == key(built.candidates)
+    assert np.bincount(built.labels).max() > 1
+    rng = np.random.default_rng(1)
+    cascades = 0
+    for _ in range(30):
+        keep = rng.random(len(emb)) > rng.choice([0.05, 0.2, 0.5])
+        state = shrink_clue_state(built, keep, emb[keep], config)
+        fresh = clue_state(emb[keep], config)
+        assert np.array_equal(state.labels, fresh.labels)
+        assert np.array_equal(state.emb, fresh.emb)
+        assert key(state.candidates) == key(fresh.candidates)
+        # a cascade: a session whose leader stayed now leads, or follows another
+        first = np.unique(built.labels, return_index=True)[1]
+        old_lead, new_lead = first[built.labels][keep], np.flatnonzero(keep)[np.unique(fresh.labels,
+                                                                                      return_index=True)[1]]
+        cascades += int(np.any(keep[old_lead] & (old_lead != new_lead[fresh.labels])))
+    assert cascades > 0
+
+
 @pytest.fixture
 def data(lme_file):
     return EmbeddedDataset.build(load_dataset(f"longmemeval:{lme_file}"), HashingEncoder())

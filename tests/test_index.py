@@ -67,11 +67,15 @@ def assert_same(a: MemoryIndex, b: MemoryIndex):
     assert results(a) == results(b)
 
 
-@pytest.mark.parametrize("clue_mode", ["keywords", "centroid"])
-@pytest.mark.parametrize("clues", [True, False])
-def test_adds_and_removes_equal_a_fresh_build(clue_mode, clues):
+@pytest.mark.parametrize("clue_mode, clues, clue_merge", [("keywords", True, "components"),
+                                                        ("keywords", True, "leaders"),
+                                                        ("centroid", True, "components"),
+                                                        ("centroid", True, "leaders"),
+                                                        ("keywords", False, "components"),
+                                                        ("centroid", False, "components")])
+def test_adds_and_removes_equal_a_fresh_build(clue_mode, clues, clue_merge):
     config = AssoMemConfig(clue_mode=clue_mode, clues=clues, top_clues=2, min_candidates=3,
-                           graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3))
+                           graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3, clue_merge=clue_merge))
     sessions = random_sessions(0, 30)
     grown = make_index(config)
     for lo, hi in ((0, 1), (1, 12), (12, 13), (13, 30)):

@@ -43,9 +43,11 @@ def weights(signals, rng):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("config", [
     AssoMemConfig(clue_mode="centroid", top_clues=2, min_candidates=5, graph=GraphConfig(delta=0.6, gamma=0.3)),
+    AssoMemConfig(clue_mode="centroid", top_clues=2, min_candidates=5,
+                  graph=GraphConfig(delta=0.6, gamma=0.3, clue_merge="leaders")),
     AssoMemConfig(clue_mode="centroid", clues=False, graph=GraphConfig(gamma=0.2, adjacency_weight=0.0)),
     AssoMemConfig(clue_mode="keywords", top_clues=3, min_candidates=0, graph=GraphConfig(gamma=0.4, max_neighbors=3)),
-], ids=["clues", "no-clues", "keywords"])
+], ids=["clues", "leader-clues", "no-clues", "keywords"])
 def test_top10_matches_reference_on_random_memories(tmp_path, seed, config):
     enc = HashingEncoder()
     data = EmbeddedDataset.build(load_dataset(f"longmemeval:{random_memories(tmp_path, seed)}"), enc)
