@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -25,8 +26,17 @@ _TOKEN = re.compile(r"(?u)\b[a-zA-Z][a-zA-Z0-9'-]+\b")
 RAREST = 1e-9  # frequency given to words wordfreq has never seen (names, typos): they are the most telling terms
 
 
-@functools.lru_cache(maxsize=1)
+_LOADING = threading.Lock()
+
+
 def _english() -> tuple[dict[str, float], frozenset[str]]:
+    """wordfreq's English frequencies and the stop words, loaded once (about a second), whichever thread asks first."""
+    with _LOADING:
+        return _load_english()
+
+
+@functools.lru_cache(maxsize=1)
+def _load_english() -> tuple[dict[str, float], frozenset[str]]:
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
     from wordfreq import get_frequency_dict
 

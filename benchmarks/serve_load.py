@@ -1,6 +1,7 @@
 """Load benchmark of the memory service: a real server process (the bundled MiniLM encoder) on loopback.
 
-    python benchmarks/serve_load.py [--sessions 2500] [--seconds 20] [--clients 1 8 32] [--device cpu] [--output FILE]
+    python benchmarks/serve_load.py [--sessions 2500] [--seconds 20] [--clients 1 8 32] [--device cpu]
+                                    [--clue-merge components] [--output FILE]
 
 One tenant of ``--sessions`` synthetic sessions (10 utterances each, topic vocabularies) is ingested over HTTP in
 batches of 50 (sessions/s, the server's encoding included, and without it: the same sessions again with the
@@ -37,9 +38,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(data: Path, port: int, encoder: str, device: str = "cpu") -> subprocess.Popen:
+def start(data: Path, port: int, encoder: str, device: str = "cpu",
+          clue_merge: str = "components") -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "assomem_gpu.serve", "--data", str(data), "--port", str(port),
-                             "--encoder", encoder, "--device", device], env={**os.environ, "ASSOMEM_ADMIN_KEY": ADMIN})
+                             "--encoder", encoder, "--device", device, "--clue-merge", clue_merge],
+                            env={**os.environ, "ASSOMEM_ADMIN_KEY": ADMIN})
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
@@ -109,23 +112,31 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def write_json(path: str, result: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sessions", type=int, default=2500)
     p.add_argument("--seconds", type=float, default=20.0, help="per client count")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"], help="the server's engine")
+    p.add_argument("--clue-merge", default="components", choices=["components", "leaders"],
+                   help="the server's --clue-merge")
     p.add_argument("--output", default="benchmarks/results/serve_load.json")
     args = p.parse_args()
     data = sessions(args.sessions)
     questions = [" ".join(s["utterances"][0]["text"].split()[:6]) for s in data[:200]]
     result: dict = {"sessions": args.sessions, "utterances": 10 * args.sessions, "machine": f"{os.cpu_count()} cores",
-                    "device": args.device}
+                    "device": args.device, "clue_merge": args.clue_merge}
     with tempfile.TemporaryDirectory() as tmp:
         for encoder, field in (("hashing", "ingest_sessions_per_s_without_encoding"),
                                ("all-MiniLM-L6-v2", "ingest_sessions_per_s")):
             folder, port = Path(tmp) / encoder, free_port()
-            proc = start(folder, port, encoder, args.device)
+            proc = start(folder, port, encoder, args.device, args.clue_merge)
             url = f"http://127.0.0.1:{port}"
             key = httpx.post(f"{url}/v1/tenants", json={"name": "load"},
                              headers={"Authorization": f"Bearer {ADMIN}"}).json()["api_key"]
@@ -142,16 +153,14 @@ def main() -> int:
             if encoder != "hashing":
                 for how in ("after_kill", "after_clean_stop"):
                     t0 = time.perf_counter()
-                    proc = start(folder, port, encoder, args.device)
+                    proc = start(folder, port, encoder, args.device, args.clue_merge)
                     result[f"restart_to_ready_s_{how}"] = round(time.perf_counter() - t0, 2)
                     httpx.post(f"{url}/v1/search", json={"questions": [questions[0]], "k": 10},
                                headers={"Authorization": f"Bearer {key}"}, timeout=600).raise_for_status()
                     result[f"restart_to_first_answer_s_{how}"] = round(time.perf_counter() - t0, 2)
                     proc.send_signal(signal.SIGTERM)  # a clean stop writes the snapshot the next restart loads
                     proc.wait()
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.output}")
+    write_json(args.output, result)
     return 0
 
 

@@ -44,6 +44,23 @@ def rows_digest(path) -> str:
     return h.hexdigest()
 
 
+def test_a_store_opened_with_another_config_replaces_the_snapshot(tmp_path):
+    from dataclasses import replace
+
+    from assomem_gpu.index import MemoryIndex
+
+    with open_store(tmp_path) as store:
+        store.create_tenant("ana")
+        store.add_sessions("ana", [session(f"s{i}", i) for i in range(12)])
+    leaders = replace(CONFIG, graph=replace(CONFIG.graph, clue_merge="leaders"))
+    with MemoryStore(tmp_path, HashingEncoder(), leaders, device="cpu") as other:
+        live = hits(other, "ana")  # rebuilt from the rows: the snapshot is another config's
+    snapshots = list((tmp_path / "snapshots").glob("*.npz"))
+    assert len(snapshots) == 1 and MemoryIndex.load(snapshots[0], encoder=HashingEncoder()).config == leaders
+    with MemoryStore(tmp_path, HashingEncoder(), leaders, device="cpu") as again:
+        assert hits(again, "ana") == live
+
+
 def test_writes_survive_a_reopen_from_snapshot_or_from_rows(tmp_path):
     store = open_store(tmp_path)
     store.create_tenant("ana")

@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 
+from ..graph import CLUE_MERGES, GraphConfig
 from .models import MAX_BODY_BYTES
 
 
@@ -21,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--encoder", default="all-MiniLM-L6-v2", help="model id or folder ('hashing': the test encoder)")
     p.add_argument("--admin-key", default=os.environ.get("ASSOMEM_ADMIN_KEY"), help="default $ASSOMEM_ADMIN_KEY")
+    p.add_argument("--clue-merge", choices=CLUE_MERGES, default=GraphConfig().clue_merge,
+                   help="how δ-similar session clues merge (components: the paper's; leaders: no chains, so dense "
+                        "memories keep small clues and fast searches)")
     p.add_argument("--undated", action="store_true", help="sessions and questions may have no date")
     p.add_argument("--max-loaded", type=int, default=8, help="tenant indexes held in memory")
     p.add_argument("--snapshot-every-s", type=float, default=5.0,
@@ -34,12 +38,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
+    from ..config import AssoMemConfig
     from ..encode import make_encoder
     from ..store import MemoryStore, StoreError
     from .app import create_app
 
     try:
-        store = MemoryStore(args.data, make_encoder(args.encoder, cache=False), device=args.device,
+        config = AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge))
+        store = MemoryStore(args.data, make_encoder(args.encoder, cache=False), config, device=args.device,
                             dated=not args.undated, max_loaded=args.max_loaded,
                             snapshot_every_s=args.snapshot_every_s)
     except (StoreError, ValueError, RuntimeError) as exc:

@@ -206,11 +206,11 @@ class MemoryStore:
 
     # ---- upkeep --------------------------------------------------------------------------------------------------
     def warm_up(self) -> None:
-        """Load what the first write or search would otherwise wait for: the encoder's weights and the word lists
-        keyword clues are made with (seconds on a CPU)."""
-        self.encoder.encode(["warm up"])
+        """Load what the first search would otherwise wait for, the encoder's weights (seconds on a CPU); the word
+        lists keyword clues are made with (about a second) load in the background meanwhile, for the first write."""
         if self.config.clue_mode == "keywords":
-            keyword_clue(["warm up"])
+            threading.Thread(target=keyword_clue, args=(["warm up"],), name="assomem-words", daemon=True).start()
+        self.encoder.encode(["warm up"])
 
     def close(self) -> None:
         """Write the snapshots of the loaded indexes and close the file."""
@@ -320,7 +320,8 @@ class MemoryStore:
         return self.directory / "snapshots" / f"{tenant_id}-{commits}.npz"
 
     def _newest_snapshot(self, tenant_id: int) -> MemoryIndex | None:
-        """The tenant's newest readable snapshot made with this store's settings, or None."""
+        """The tenant's newest readable snapshot made with this store's settings, or None. A snapshot made with
+        other settings (the store opened with another config) is deleted, so that this config's takes its name."""
         paths = (self.directory / "snapshots").glob(f"{tenant_id}-*.npz")
         for _, path in sorted(((int(p.stem.split("-")[1]), p) for p in paths), reverse=True):
             try:
@@ -330,6 +331,7 @@ class MemoryStore:
             if index.config == self.config and index.dated == self.dated:
                 index.fusion = self.fusion
                 return index
+            path.unlink(missing_ok=True)
         return None
 
     def _load(self, tenant_id: int) -> MemoryIndex:
