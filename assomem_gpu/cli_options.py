@@ -27,7 +27,7 @@ def add_assomem_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--clue-mix", type=float, default=d.clue_mix, help="weight of the clue embedding in a clue's score")
     a.add_argument("--delta", type=float, default=g.delta, help="δ: clue merge threshold")
     a.add_argument("--clue-merge", choices=CLUE_MERGES, default=g.clue_merge,
-                   help="δ-similar clues merge transitively (components) or around the first session of each (leaders)")
+                   help="δ-similar clues merge transitively (components) or around a first session (leaders)")
     a.add_argument("--gamma", type=float, default=g.gamma, help="γ: similarity-edge threshold")
     a.add_argument("--max-neighbors", type=int, default=g.max_neighbors, help="similarity edges kept per node")
     a.add_argument("--adjacency-weight", type=float, default=g.adjacency_weight, help="weight of consecutive-turn edges")
@@ -69,9 +69,9 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
     if not signals:
         raise ValueError("every signal is switched off")
     try:  # the configs check the values; their errors name the option
-        graph = GraphConfig(delta=args.delta, clue_merge=args.clue_merge, gamma=args.gamma, max_neighbors=args.max_neighbors,
-                            adjacency_weight=args.adjacency_weight, speakers=args.speakers,
-                            exact_limit=args.exact_limit, n_probe=args.n_probe)
+        graph = GraphConfig(delta=args.delta, clue_merge=args.clue_merge, gamma=args.gamma,
+                            max_neighbors=args.max_neighbors, adjacency_weight=args.adjacency_weight,
+                            speakers=args.speakers, exact_limit=args.exact_limit, n_probe=args.n_probe)
         return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, llm=args.llm,
                              clues=not args.no_clues, top_clues=args.top_clues, min_candidates=args.min_candidates,
                              lexical_pool=args.lexical_pool,

@@ -64,7 +64,8 @@ class TransformersEncoder:
     (``1_Pooling/config.json``, ``modules.json``, ``sentence_bert_config.json``) when present; mean pooling, L2
     normalisation and the tokenizer's limit otherwise. Texts are batched by length to waste little padding.
 
-    Calls take turns (a lock): each already uses every core torch is given. On the CPU, a batch of at most
+    Calls take turns, across encoders (a module lock): each already uses every core torch is given, and torch's
+    thread count, which a call may change, is the process's. On the CPU, a batch of at most
     ``one_thread_tokens`` tokens (default 32: one question) runs on one thread: split across cores it gains about a
     millisecond, and the idle OpenMP workers then spin for milliseconds, taking the cores from the search kernels that
     follow (a free-text search at 2,500 sessions: 20 ms with two threads, 13 ms with one; ``python -m assomem_gpu.bench``).
@@ -82,14 +83,10 @@ class TransformersEncoder:
         self.dim = int(config.hidden_size)
         self.name = f"{model}|{self.pooling}|norm={self.normalize}|max={self.max_length}"
         self._model = None  # loaded on the first encode, so fully cached runs never load the weights
-        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        """Pickled without the weights (they load where it first encodes) and the lock."""
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"} | {"_model": None}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _lock=threading.Lock())
+        """Pickled without the weights: they load where it first encodes."""
+        return {**self.__dict__, "_model": None}
 
     def _loaded(self):
         if self._model is None:
@@ -108,7 +105,7 @@ class TransformersEncoder:
             return out
         order = np.argsort([-len(t) for t in texts], kind="stable")
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        with self._lock, torch.inference_mode():
+        with _ENCODING, torch.inference_mode():
             model = self._loaded()
             for idx in batches:
                 enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
@@ -118,6 +115,9 @@ class TransformersEncoder:
                     hidden = model(**enc).last_hidden_state
                 out[idx] = _pool(hidden, enc["attention_mask"], self.pooling, self.normalize).float().cpu().numpy()
         return out
+
+
+_ENCODING = threading.Lock()
 
 
 @contextmanager

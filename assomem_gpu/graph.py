@@ -11,9 +11,9 @@ Nodes are ``[utterances | clues | speakers]``. Edges (symmetric, weighted, CSR):
 Clues: one per session (``clues.py`` makes their text and embeddings), merged when their cosine exceeds δ
 (``GraphConfig.clue_merge``): transitively, the connected components of the δ-graph (the paper's rule, the default), or
 around leaders: in session order, a session joins the clue of the first earlier leader it is δ-similar to, or leads a
-clue of its own, so every member is δ-similar to its leader and no chain grows a clue (in a dense memory, components
-hold most sessions: 1,123 of 2,500 in a LongMemEval haystack; leader clues at most 26). A merged clue's embedding is
-the normalised mean of its members'.
+clue of its own, so every member is δ-similar to its leader and no chain grows a clue (in a dense memory one
+component holds most sessions: 1,123 of a 2,500-session LongMemEval haystack, whose largest leader clue holds 26).
+A merged clue's embedding is the normalised mean of its members'.
 """
 from __future__ import annotations
 
@@ -480,7 +480,11 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
     near = near[near < len(keep_utt)]
     fresh[new_of[near[keep_utt[near]]]] = True  # rows that had an edge to a removed utterance
     touched = np.zeros(g.n_clues, bool)
-    touched[g.clues.labels[~keep_sessions]] = True  # clues that lost a session (they may split)
+    touched[g.clues.labels[~keep_sessions]] = True  # clues that lost a session (they may split) ...
+    before, after = g.clues.labels[keep_sessions], clues.labels
+    both = np.unique(before * (len(clues.emb) + 1) + after)  # ... and, with leaders, clues whose sessions part or
+    was, now = both // (len(clues.emb) + 1), both % (len(clues.emb) + 1)  # meet others' (a freed follower leads)
+    touched[was[(np.bincount(was, minlength=g.n_clues) > 1)[was] | (np.bincount(now)[now] > 1)]] = True
     fresh[touched[g.utt_clue[keep_utt]]] = True
     clue_map = np.full(g.n_clues, -1, np.int64)
     clue_map[g.clues.labels[keep_sessions]] = clues.labels

@@ -46,7 +46,7 @@ def test_short_batches_run_on_one_thread_and_agree(minilm):
         t.join()
     assert len(results) == 4 and all(np.array_equal(r, results[0]) for r in results)
     assert torch.get_num_threads() == before
-    copy = pickle.loads(pickle.dumps(minilm))  # without weights or lock; both come back where it encodes
+    copy = pickle.loads(pickle.dumps(minilm))  # without the weights: they load where it encodes
     assert copy._model is None and np.abs(copy.encode([question]) - alone).max() < 1e-6
 
 

@@ -317,6 +317,31 @@ def test_a_graph_grown_and_shrunk_equals_the_build_to_the_bit(config):
     assert split or config.delta > 0.5  # a clue that lost a session fell apart: its utterances' rows were made again
 
 
+def test_a_leader_graph_shrunk_equals_the_build_to_the_bit():
+    """A removed leader's followers find other leaders, and pull sessions of clues that lost nothing with them: those
+    sessions' utterance rows are made again too."""
+    from assomem_gpu.graph import shrink_graph
+
+    per, n = 3, 40
+    emb, bank = clustered(n, per, seed=5)
+    clue = arc(n, 0)
+    config = GraphConfig(delta=0.97, gamma=0.6, max_neighbors=3, clue_merge="leaders")
+    full = build_graph(bank(n), emb[: n * per], clue, config)
+    rng = np.random.default_rng(2)
+    pulled = 0
+    for _ in range(30):
+        keep_s = rng.random(n) > 0.15
+        sessions = np.flatnonzero(keep_s)
+        rows = (sessions[:, None] * per + np.arange(per)).ravel()
+        kept = bank(n).select(sessions)
+        g = shrink_graph(full, kept, np.repeat(keep_s, per), keep_s, emb[rows], clue[sessions], config)
+        assert_same_graph(g, build_graph(kept, emb[rows], clue[sessions], config))
+        before, after = full.clues.labels[keep_s], g.clues.labels
+        whole = ~np.isin(before, full.clues.labels[~keep_s])  # sessions of clues that lost no session
+        pulled += any(len(np.unique(before[after == a])) > 1 for a in np.unique(after[whole]))
+    assert pulled > 0
+
+
 @pytest.mark.parametrize("config", [GraphConfig(gamma=-0.2, delta=0.5, max_neighbors=2),
                                     GraphConfig(max_neighbors=0, adjacency_weight=0.0, delta=0.5)])
 def test_writes_with_empty_sessions_and_edge_settings_equal_the_build_to_the_bit(config):

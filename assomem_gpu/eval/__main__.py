@@ -136,6 +136,7 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
                    "total_s": round(time.perf_counter() - t0, 3)},
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "results": {r.method: r.to_json() for r in results},
+        "configs": {r.method: m.config.to_json() for m, r in zip(methods, results) if hasattr(m, "config")},
     }
     if client is not None:
         peaks = worker_peak_rss_mb(client)

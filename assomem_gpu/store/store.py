@@ -41,7 +41,8 @@ class MemoryStore:
 
     ``encoder``, ``config``, ``fusion``, ``device``, ``dated``: as for ``MemoryIndex``, shared by every tenant. A store
     records its encoder's name and dimension, and how clues are made, on first use and refuses others later
-    (``StoreError``). ``max_loaded``: indexes held in memory (default 8). ``snapshot_every_s``: a background thread
+    (``StoreError``); another config is taken (a tenant's snapshot of the old one is replaced as it loads: one
+    process per directory). ``max_loaded``: indexes held in memory (default 8). ``snapshot_every_s``: a background thread
     writes the snapshot of each loaded tenant written to since, at most this often (default 5 s; None: only on
     ``close`` and eviction), so that a restart after a crash loads a recent snapshot and adds only the newer sessions.
     Thread-safe: writes to one tenant take turns, searches run in parallel.
