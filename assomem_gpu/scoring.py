@@ -190,9 +190,10 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
     valid = xp.arange(cand.shape[1]) < counts[:, None]
     at = xp.where(valid, cand, 0)  # padding reads row 0, then counts for nothing
     signals = xp.zeros(cand.shape + (n_sig,))
+    rel_at = rel.of_rows(at)
     for s, name in enumerate(config.signals):
         if name == "relevance":
-            signals[:, :, s] = rel.of_rows(at)
+            signals[:, :, s] = rel_at
         elif name == "importance":
             with stage("ppr"):
                 ppr = importance(g, rel.cosines, rel.mass, at, valid, config, backend)
@@ -204,7 +205,8 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             with stage("context"):
                 norms = backend.resident(state.context, "view", state.version, lambda: state.context.view)
                 session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
-                signals[:, :, s] = context_scores(rel.of_rows, at, session, norms, config.context_window, xp)
+                signals[:, :, s] = context_scores(rel.of_rows, at, session, norms, config.context_window, xp,
+                                                  known=rel_at)
         elif name == "temporal":
             with stage("temporal"):
                 signals[:, :, s] = temporal(state, queries, cand, counts, backend)

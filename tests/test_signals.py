@@ -240,3 +240,17 @@ def test_context_is_the_cosine_to_the_sum_of_the_neighbouring_turns_of_the_same_
             assert got[b, c] == pytest.approx(want, rel=1e-4, abs=1e-5)
     assert got[0, 1] == 0 and norms[3] == 0  # alone in its session: no context
     assert context_norms(np.array([0]), np.zeros((0, 6), np.float32), window).shape == (0,)
+    # with the candidates' own cosines known (each question's rows ascending), a neighbour that is the candidate as
+    # many places along is read there; only the others are computed
+    asked = []
+
+    def counted(rows):
+        asked.append(rows.copy())
+        return np.take_along_axis(cosines, rows, axis=1)
+
+    at = np.array([[0, 1, 2, 4, 5, 6], [0, 2, 4, 5, 7, 8]])  # session 0 whole in the first, not in the second
+    plain = context_scores(counted, at, session, norms, window)
+    asked.clear()
+    read = context_scores(counted, at, session, norms, window, known=np.take_along_axis(cosines, at, axis=1))
+    assert np.allclose(read, plain, atol=1e-6)
+    assert len(asked) == 1 and asked[0].shape[1] < 2 * window * at.shape[1]  # fewer rows computed

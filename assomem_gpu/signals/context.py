@@ -33,11 +33,14 @@ def context_norms(offsets: np.ndarray, emb: np.ndarray, window: int, block: int 
     return out
 
 
-def context_scores(of_rows, at, session, norms, window: int, xp=np):
+def context_scores(of_rows, at, session, norms, window: int, xp=np, known=None):
     """(B, C) the context signal of each question's candidate rows ``at`` (valid rows; padding reads row 0).
 
     ``of_rows(rows)`` gives each question's cosines to its rows (B, k) (``scoring.Relevance.of_rows``);
-    ``session`` (n_utt,) each utterance's session row and ``norms`` its ``context_norms``, on ``xp``."""
+    ``session`` (n_utt,) each utterance's session row and ``norms`` its ``context_norms``, on ``xp``. ``known``
+    (B, C), when given, holds the cosines of ``at`` themselves, each question's rows ascending: a turn ``d`` away from
+    a candidate that is the candidate ``d`` places along (a clue brings whole sessions) is read there, and only the
+    other turns are computed (``of_rows`` gathers rows in a probed memory)."""
     n = len(session)
     steps = xp.asarray(np.r_[np.arange(-window, 0), np.arange(1, window + 1)])
     near = at[:, :, None] + steps  # (B, C, 2·window) the turns around each candidate
@@ -45,7 +48,21 @@ def context_scores(of_rows, at, session, norms, window: int, xp=np):
     near = xp.where(inside, near, at[:, :, None])
     same = inside & (session[near] == session[at][:, :, None])
     b, c = at.shape
-    cos = of_rows(near.reshape(b, -1)).reshape(near.shape)
+    if known is None:
+        cos = of_rows(near.reshape(b, -1)).reshape(near.shape)
+    else:
+        along = xp.clip(xp.arange(c)[:, None] + steps, 0, max(c - 1, 0)).reshape(1, -1)  # (1, C·2w) positions
+        hit = (xp.take_along_axis(at, xp.broadcast_to(along, (b, along.shape[1])), axis=1).reshape(near.shape)
+               == near)
+        cos = xp.where(hit, xp.take_along_axis(known, xp.broadcast_to(along, (b, along.shape[1])),
+                                               axis=1).reshape(near.shape), 0.0)
+        qb, cc, kk = xp.nonzero(same & ~hit)  # the turns to compute: a question's at most as wide as its own
+        if len(qb):
+            counts = xp.bincount(qb, minlength=b)
+            slot = xp.arange(len(qb)) - (xp.cumsum(counts) - counts)[qb]
+            rows = xp.zeros((b, int(counts.max())), near.dtype)  # padding reads row 0, then is dropped
+            rows[qb, slot] = near[qb, cc, kk]
+            cos[qb, cc, kk] = of_rows(rows)[qb, slot]
     total = xp.where(same & xp.isfinite(cos), cos, 0.0).sum(axis=2)  # a filtered-out turn (-inf) adds nothing
     norm = norms[at]
     return xp.where(norm > 0, total / xp.where(norm > 0, norm, 1.0), 0.0)
