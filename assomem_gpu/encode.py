@@ -68,7 +68,7 @@ class TransformersEncoder:
     thread count, which a call may change, is the process's. On the CPU, a batch of at most
     ``one_thread_tokens`` tokens (default 32: one question) runs on one thread: split across cores it gains about a
     millisecond, and the idle OpenMP workers then spin for milliseconds, taking the cores from the search kernels that
-    follow (a free-text search at 2,500 sessions: 20 ms with two threads, 13 ms with one; ``python -m assomem_gpu.bench``).
+    follow (an encode then a search at 2,500 sessions on 2 cores: about 20 ms with two threads, 13 ms with one).
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, device: str = "cpu",

@@ -51,11 +51,10 @@ def context_scores(of_rows, at, session, norms, window: int, xp=np, known=None):
     if known is None:
         cos = of_rows(near.reshape(b, -1)).reshape(near.shape)
     else:
-        along = xp.clip(xp.arange(c)[:, None] + steps, 0, max(c - 1, 0)).reshape(1, -1)  # (1, C·2w) positions
-        hit = (xp.take_along_axis(at, xp.broadcast_to(along, (b, along.shape[1])), axis=1).reshape(near.shape)
-               == near)
-        cos = xp.where(hit, xp.take_along_axis(known, xp.broadcast_to(along, (b, along.shape[1])),
-                                               axis=1).reshape(near.shape), 0.0)
+        along = xp.clip(xp.arange(c)[:, None] + steps, 0, max(c - 1, 0)).reshape(1, -1)  # positions d along
+        along = xp.broadcast_to(along, (b, along.shape[1]))
+        hit = xp.take_along_axis(at, along, axis=1).reshape(near.shape) == near
+        cos = xp.where(hit, xp.take_along_axis(known, along, axis=1).reshape(near.shape), 0.0)
         qb, cc, kk = xp.nonzero(same & ~hit)  # the turns to compute: a question's at most as wide as its own
         if len(qb):
             counts = xp.bincount(qb, minlength=b)
