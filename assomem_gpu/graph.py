@@ -321,17 +321,21 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
     (leaders); only that clue's embedding and pairs are recomputed.
     """
     labels, emb, (ci, cj, cs) = state.labels, state.emb, state.candidates
+    leaders = config.clue_merge == "leaders"
+    leader = np.unique(labels, return_index=True)[1] if leaders else None  # each clue's first session (an add
+    # never merges leader clues, so a new clue's is appended)
     for s in range(len(labels), len(session_emb)):
         near = np.flatnonzero(session_emb[:s] @ session_emb[s] > config.delta - 1e-4)
         sims = np.round(exact_cosines(session_emb, near, np.full(len(near), s)), 6)  # as select_top rounds
         near = near[sims > config.delta]
-        if config.clue_merge == "leaders":
-            near = near[_leaders(labels)[near] == near][:1]
+        if leaders:
+            near = near[leader[labels[near]] == near][:1]
         linked = np.unique(labels[near])
         n_c = len(emb)
         remap = np.arange(n_c)
         if len(linked) == 0:
             target, stale = n_c, np.zeros(0, np.int64)
+            leader = np.append(leader, s) if leaders else None
             emb = np.concatenate([emb, np.zeros((1, emb.shape[1]), np.float32)])
         else:
             target, removed = int(linked[0]), linked[1:]

@@ -27,8 +27,9 @@ def reference_graph(data: EmbeddedDataset, memory: int, session_clue_emb: np.nda
     session_clue_emb = dict(zip(sessions, session_clue_emb))
     # merge clues: sessions linked when cosine > δ; components are clues, or each session joins the first earlier
     # leader it is linked to (a session linked to no leader leads a clue)
-    cosines = np.stack([session_clue_emb[s] for s in sessions])
-    linked = [[j for j, v in enumerate(_cosines(cosines, i)) if i != j and v > cfg.delta] for i in range(len(sessions))]
+    clue_vectors = np.stack([session_clue_emb[s] for s in sessions])
+    linked = [[j for j, v in enumerate(_cosines(clue_vectors, i)) if i != j and v > cfg.delta]
+              for i in range(len(sessions))]
     if cfg.clue_merge == "leaders":
         groups: dict[int, list[int]] = {}
         for i in range(len(sessions)):
