@@ -12,7 +12,7 @@ from .data import DataFormatError, load_dataset
 from .encode import CachedEncoder, EmbeddingCache, HashingEncoder, TransformersEncoder, make_encoder
 from .eval import evaluate
 from .graph import GraphConfig
-from .index import Hit, LabelledQuestion, MemoryIndex, Session, Utterance
+from .index import Answer, Hit, LabelledQuestion, MemoryIndex, Session, Utterance
 from .memory import Dataset, Memory, MemoryBank, Question
 from .retrieve import METHODS, EmbeddedDataset, make_method
 from .snapshot import SnapshotError
@@ -20,7 +20,8 @@ from .store import MemoryStore, StoreError
 
 __version__ = "0.2.0"
 
-__all__ = ["AssoMemConfig", "CachedEncoder", "DataFormatError", "Dataset", "EmbeddedDataset", "EmbeddingCache",
+__all__ = ["Answer", "AssoMemConfig", "CachedEncoder", "DataFormatError", "Dataset", "EmbeddedDataset", "EmbeddingCache",
            "GraphConfig", "HashingEncoder", "Hit", "LabelledQuestion", "METHODS", "Memory", "MemoryBank",
-           "MemoryIndex", "MemoryStore", "Question", "Session", "SnapshotError", "StoreError", "TransformersEncoder", "Utterance", "evaluate",
+           "MemoryIndex", "MemoryStore", "Question", "Session", "SnapshotError", "StoreError", "TransformersEncoder",
+           "Utterance", "evaluate",
            "load_dataset", "make_encoder", "make_method"]

@@ -1,12 +1,27 @@
-"""Command-line options shared by ``eval`` and ``calibrate``: the AssoMem retriever's, and where the work runs."""
+"""Command-line options shared by ``eval``, ``calibrate``, ``answer`` and ``finetune``: the AssoMem retriever's, where
+the work runs, the methods they configure, and where a consumer of rankings gets them."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import replace
+from pathlib import Path
 
+import numpy as np
+
+from .assomem import HYBRID_BASELINES, make_assomem
+from .backend import Backend, get_backend
 from .config import CLUE_MODES, SIGNALS, AssoMemConfig
+from .encode import DEFAULT_MODEL, Encoder, make_encoder
+from .eval.runner import evaluate, read_rankings
+from .fusion import fixed_weights, load_weights, restrict
 from .graph import CLUE_MERGES, GraphConfig
+from .memory import Dataset
+from .retrieve import METHODS, EmbeddedDataset, Method, make_method
+
+
+ALL_METHODS = [*METHODS, *HYBRID_BASELINES, "assomem"]
 
 
 def add_cluster_option(p: argparse.ArgumentParser) -> None:
@@ -15,7 +30,8 @@ def add_cluster_option(p: argparse.ArgumentParser) -> None:
                                      "the results are those of one process")
 
 
-def add_assomem_options(p: argparse.ArgumentParser) -> None:
+def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--llm") -> None:
+    """The retriever's options; ``clue_llm_option`` names the clue LLM's (a CLI whose ``--llm`` answers renames it)."""
     d, g = AssoMemConfig(), GraphConfig()
     a = p.add_argument_group("assomem")
     a.add_argument("--top-clues", type=int, default=d.top_clues, help="K: clues retrieved in the first step")
@@ -23,7 +39,7 @@ def add_assomem_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--lexical-pool", type=int, default=d.lexical_pool,
                    help="each question's this many best utterances by BM25 join its candidates (0: none)")
     a.add_argument("--clue-mode", choices=CLUE_MODES, default=d.clue_mode, help="how session clues are made")
-    a.add_argument("--llm", default=d.llm, help="LLM of --clue-mode llm: smollm2, hf:<model>[::<gguf>], openai:<url>#<model>")
+    a.add_argument(clue_llm_option, dest="llm", default=d.llm, help="LLM of --clue-mode llm: smollm2, hf:<model>[::<gguf>], openai:<url>#<model>")
     a.add_argument("--clue-mix", type=float, default=d.clue_mix, help="weight of the clue embedding in a clue's score")
     a.add_argument("--delta", type=float, default=g.delta, help="δ: clue merge threshold")
     a.add_argument("--clue-merge", choices=CLUE_MERGES, default=g.clue_merge,
@@ -82,3 +98,53 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
     except ValueError as exc:
         raise ValueError(re.sub(r"(?:AssoMemConfig|GraphConfig)\.(\w+)",
                                 lambda m: "--" + m.group(1).replace("_", "-"), str(exc))) from None
+
+
+def build_methods(args: argparse.Namespace, encoder: Encoder, backend: Backend) -> list[Method]:
+    """The methods named by ``--method``; AssoMem configured by the options or a weights file."""
+    fusion, base = None, None
+    if args.weights:
+        fusion, saved = load_weights(args.weights)
+        base = AssoMemConfig.from_json(saved)
+    config = config_from_options(args, base)
+    if fusion is not None and list(config.signals) != fusion.signals:
+        fusion = restrict(fusion, config.signals)
+    if args.fixed_weights:
+        fusion = fixed_weights(config.signals)
+    return [make_method(m) if m in METHODS else make_assomem(m, config, encoder, fusion, backend)
+            for m in args.methods]
+
+
+def check_writable(path: Path) -> None:
+    """Fail before any work when an output file cannot be written (its folder is made if missing)."""
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot create its folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{path}: not writable")
+
+
+def add_rankings_options(p: argparse.ArgumentParser, purpose: str) -> None:
+    """Where a CLI that consumes rankings (``answer``, ``finetune``) gets them: a ranking export, or retrieval with
+    ``--method`` and the retriever's options (its clue LLM's option is ``--clue-llm``)."""
+    p.add_argument("--method", default="assomem", choices=ALL_METHODS, help=f"the retriever {purpose}")
+    p.add_argument("--from-rankings", help="a ranking export (python -m assomem_gpu.eval --rankings) to use instead "
+                                           "of retrieving")
+    p.add_argument("--encoder", default=DEFAULT_MODEL, help="sentence-embedding model id or local path of the retrieval")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the retrieval engine runs")
+    add_assomem_options(p, clue_llm_option="--clue-llm")
+
+
+def rankings_from_options(args: argparse.Namespace, ds: Dataset, ks: list[int], progress: bool) -> list[np.ndarray]:
+    """Per question of ``ds``: its ranking (bank rows, best first), read from ``--from-rankings`` or retrieved."""
+    if args.from_rankings:
+        return read_rankings(args.from_rankings, ds)
+    encoder = make_encoder(args.encoder)
+    encoder.progress = progress
+    (method,) = build_methods(argparse.Namespace(**{**vars(args), "methods": [args.method]}), encoder,
+                              get_backend(args.device))
+    return evaluate(EmbeddedDataset.build(ds, encoder), method, ks, progress=progress, folds=args.folds,
+                    seed=args.seed).rankings

@@ -108,15 +108,15 @@ def centroid_embeddings(offsets: np.ndarray, utt_emb: np.ndarray) -> np.ndarray:
 def clue_texts(bank: MemoryBank, sessions: Sequence[int], mode: str, llm: str = "smollm2",
                llm_cache: bool = False) -> list[str] | None:
     """The clue text of each of the bank's ``sessions``, or None for ``centroid``. ``llm_cache``: keep LLM clue texts
-    in the on-disk cache (``llm.ClueCache``) for later runs over the same sessions."""
+    in the on-disk cache (``llm.ResponseCache``) for later runs over the same sessions."""
     if mode == "centroid":
         return None
     if mode == "keywords":
         return keyword_clues([bank.utt_texts[bank.offsets[s] : bank.offsets[s + 1]] for s in sessions])
     if mode == "llm":
-        from .llm import ClueCache, llm_clues, make_llm
+        from .llm import ResponseCache, llm_clues, make_llm
 
-        return llm_clues(bank, make_llm(llm), None if llm_cache else ClueCache(":memory:"), progress=False,
+        return llm_clues(bank, make_llm(llm), None if llm_cache else ResponseCache(":memory:"), progress=False,
                          sessions=sessions)
     raise ValueError(f"unknown clue mode {mode!r}; choose from {', '.join(CLUE_MODES)}")
 

@@ -38,8 +38,10 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .config import AssoMemConfig
+from .answer.prompts import ANSWER_TOKENS, final_answer, generation_prompt
 from .encode import DEFAULT_MODEL, Encoder, TransformersEncoder
 from .fusion import FusionModel, Ranking, default_fusion, fit_fusion, rank
+from .llm import LLM, make_llm
 from .locking import ReadWriteLock
 from .scoring import Queries, Scored, score
 from .snapshot import SnapshotError, read as read_snapshot, write as write_snapshot
@@ -90,6 +92,13 @@ class Hit:
         return {"utterance_id": self.utterance_id, "session_id": self.session_id, "speaker": self.speaker,
                 "date": self.date, "score": self.score, "signals": dict(self.signals),
                 "session_metadata": dict(self.metadata)}
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str  # the LLM's reply ("IDK" when it finds the memories of no use, as the prompt asks)
+    hits: list[Hit]  # the utterances it was shown, best first
+    prompt: str
 
 
 class MemoryIndex:
@@ -277,6 +286,24 @@ class MemoryIndex:
             emb = self.encoder.encode(texts)
         hits = self._search(emb, texts, k, question_date, sessions, since, until)
         return hits[0] if single else hits
+
+    def answer(self, question: str, k: int = 6, llm: str | LLM = "smollm2", question_date: Any = None,
+               sessions: Iterable[str] | None = None, since: Any = None, until: Any = None,
+               max_new_tokens: int = ANSWER_TOKENS) -> Answer:
+        """An answer to ``question`` by ``llm`` (a ``make_llm`` spec or an ``llm.LLM``; made once per spec and kept)
+        from its ``k`` best utterances (default 6, the paper's choice), with the paper's generation prompt; the other
+        arguments as ``search``. Nothing of it is cached on disk."""
+        if not isinstance(question, str):
+            raise TypeError(f"question: expected a string, got {type(question).__name__}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: must be a positive integer, got {max_new_tokens!r}")
+        model = make_llm(llm) if isinstance(llm, str) else llm
+        asked = _question_dates(question_date, 1, self.dated)[0]
+        hits = self.search(question, k, asked, sessions, since, until)
+        prompt = generation_prompt(question, [(h.date and h.date[:10], h.speaker, h.text) for h in hits],
+                                   None if math.isnan(asked) else _iso(asked)[:10])
+        (reply,) = model.chat([prompt], max_new_tokens)
+        return Answer(final_answer(reply), hits, prompt)
 
     def search_embeddings(self, embeddings: np.ndarray, texts: Sequence[str] | None = None, k: int = 10,
                           question_date: Any = None, sessions: Iterable[str] | None = None, since: Any = None,

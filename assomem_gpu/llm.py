@@ -1,8 +1,10 @@
-"""LLM clients, and session clues written by an LLM with the paper's topic prompt (cached by session content).
+"""LLM clients, their response cache, and session clues written by an LLM with the paper's topic prompt.
 
 ``make_llm`` takes ``"smollm2"`` (the bundled SmolLM2-135M-Instruct GGUF, run by transformers), any transformers
 model id or local folder (``"hf:<id or path>"``, with ``"::<file.gguf>"`` for a GGUF file inside it), or an
-OpenAI-compatible endpoint (``"openai:<base url>#<model>"``, key from ``$OPENAI_API_KEY`` when set).
+OpenAI-compatible endpoint (``"openai:<base url>#<model>"``, key from ``$OPENAI_API_KEY`` when set). Every client
+decodes greedily (temperature 0), so a reply is a function of (model, prompt, token limit) and ``ResponseCache`` may
+keep it.
 """
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ import importlib.util
 import json
 import os
 import sqlite3
-import urllib.error
-import urllib.request
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -39,8 +41,11 @@ Generate a topic summary for the given session.
 Please only output the topic summary and nothing else."""
 
 
+CLUE_TOKENS = 48  # token limit of a clue
+
+
 class LLM(Protocol):
-    name: str  # identity in the clue cache
+    name: str  # identity in the response cache
 
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]: ...
 
@@ -58,68 +63,84 @@ def bundled_smollm2() -> tuple[Path, str]:
 
 
 class TransformersLLM:
-    """A chat model run locally by transformers (greedy decoding, so outputs are reproducible).
-
-    The weights load on the first ``chat``, so a run whose clues are all cached never loads them.
+    """A chat model run locally by transformers: greedy decoding of up to ``batch_size`` prompts at a time (left
+    padded). The weights load on the first ``chat`` and stay, so a run whose replies are all cached never loads them.
+    Calls from several threads take turns (one generation at a time uses every core already).
     """
 
-    def __init__(self, model: str | Path, gguf_file: str | None = None):
-        self.model_ref, self.gguf_file = model, gguf_file
+    def __init__(self, model: str | Path, gguf_file: str | None = None, batch_size: int = 8):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.model_ref, self.gguf_file, self.batch_size = model, gguf_file, batch_size
         label = Path(str(model)).name if Path(str(model)).exists() else str(model)
         self.name = f"transformers:{label}:{gguf_file or ''}"
         self._loaded = None
+        self._lock = threading.Lock()
 
-    def _load(self):
+    def load(self):
+        """(tokenizer, model), loaded once."""
         if self._loaded is None:
             from transformers import AutoModelForCausalLM, AutoTokenizer
             from transformers.utils import logging
 
             logging.disable_progress_bar()
             kw = {"gguf_file": self.gguf_file} if self.gguf_file else {}
-            self._loaded = (AutoTokenizer.from_pretrained(self.model_ref, **kw),
-                            AutoModelForCausalLM.from_pretrained(self.model_ref, **kw).eval())
+            tokenizer = AutoTokenizer.from_pretrained(self.model_ref, padding_side="left", **kw)
+            if tokenizer.pad_token is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            self._loaded = (tokenizer, AutoModelForCausalLM.from_pretrained(self.model_ref, **kw).eval())
         return self._loaded
 
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]:
         import torch
 
-        tokenizer, model = self._load()
         out = []
-        with torch.inference_mode():
-            for prompt in prompts:
-                enc = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                    return_tensors="pt", return_dict=True)
+        with self._lock, torch.inference_mode():
+            tokenizer, model = self.load()
+            for lo in range(0, len(prompts), self.batch_size):
+                texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                                       tokenize=False) for p in prompts[lo : lo + self.batch_size]]
+                enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
                 ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                     pad_token_id=tokenizer.eos_token_id)
-                out.append(tokenizer.decode(ids[0][enc["input_ids"].shape[1]:], skip_special_tokens=True).strip())
+                                     pad_token_id=tokenizer.pad_token_id)
+                width = enc["input_ids"].shape[1]
+                out += [tokenizer.decode(row[width:], skip_special_tokens=True).strip() for row in ids]
         return out
 
 
 class OpenAICompatibleLLM:
-    """Any server speaking the OpenAI chat-completions protocol (vLLM, llama.cpp server, OpenAI, ...)."""
+    """Any server speaking the OpenAI chat-completions protocol (vLLM, llama.cpp's server, OpenAI, ...), through the
+    ``openai`` package: ``timeout`` seconds a request, ``retries`` retries with exponential backoff (on connection
+    errors, 408, 409, 429 and 5xx), at most ``concurrency`` requests in flight. A request the endpoint refuses (400:
+    a prompt over the model's context, say) raises ``ValueError``; any other failure ``RuntimeError``."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0):
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.timeout = model, timeout
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.name = f"openai:{base_url}#{model}"
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0,
+                 retries: int = 3, concurrency: int = 4):
+        if timeout <= 0 or retries < 0 or concurrency < 1:
+            raise ValueError(f"need timeout > 0, retries >= 0 and concurrency >= 1; got {timeout}, {retries}, "
+                             f"{concurrency}")
+        from openai import OpenAI
+
+        self.base_url, self.model, self.concurrency = base_url.rstrip("/"), model, concurrency
+        self.name = f"openai:{self.base_url}#{model}"
+        self._client = OpenAI(base_url=self.base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "none",
+                              timeout=timeout, max_retries=retries)
+
+    def _one(self, prompt: str, max_new_tokens: int) -> str:
+        from openai import BadRequestError, OpenAIError
+
+        try:
+            reply = self._client.chat.completions.create(model=self.model, max_tokens=max_new_tokens, temperature=0,
+                                                         messages=[{"role": "user", "content": prompt}])
+            return (reply.choices[0].message.content or "").strip()
+        except BadRequestError as exc:  # the request itself: a prompt over the model's context, say
+            raise ValueError(f"prompt: the LLM endpoint refused it: {exc}") from exc
+        except (OpenAIError, IndexError) as exc:
+            raise RuntimeError(f"LLM endpoint {self.base_url} (model {self.model}) failed: {exc}") from exc
 
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]:
-        out = []
-        for prompt in prompts:
-            body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                               "max_tokens": max_new_tokens, "temperature": 0}).encode()
-            headers = {"Content-Type": "application/json"}
-            if self.api_key:
-                headers["Authorization"] = f"Bearer {self.api_key}"
-            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-                    reply = json.load(resp)
-                out.append(reply["choices"][0]["message"]["content"].strip())
-            except (urllib.error.URLError, OSError, KeyError, IndexError, json.JSONDecodeError) as exc:
-                raise RuntimeError(f"LLM endpoint {self.url} failed: {exc}") from exc
-        return out
+        with ThreadPoolExecutor(min(self.concurrency, max(len(prompts), 1))) as pool:
+            return list(pool.map(lambda p: self._one(p, max_new_tokens), prompts))
 
 
 @functools.lru_cache(maxsize=4)
@@ -138,28 +159,54 @@ def make_llm(spec: str = "smollm2") -> LLM:
     raise ValueError(f"LLM must be 'smollm2', 'hf:<model>[::<file.gguf>]' or 'openai:<base url>#<model>', got {spec!r}")
 
 
-class ClueCache:
-    """SQLite store of LLM clue texts keyed by (LLM name, sha256 of the prompt); ``":memory:"`` keeps nothing on disk."""
+class ResponseCache:
+    """SQLite store of LLM replies keyed by (LLM name, sha256 of the prompt and token limit); ``":memory:"`` keeps
+    nothing on disk. Default file: ``llm_responses.sqlite`` in the cache folder (``encode.default_cache_dir``)."""
 
     def __init__(self, path: Path | str | None = None):
         if path == ":memory:":
-            self._db = sqlite3.connect(":memory:")
+            self._db = sqlite3.connect(":memory:", check_same_thread=False)
         else:
-            self.path = Path(path) if path else default_cache_dir() / "clues.sqlite"
+            self.path = Path(path) if path else default_cache_dir() / "llm_responses.sqlite"
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=60)
-        self._db.execute("CREATE TABLE IF NOT EXISTS clues (llm TEXT NOT NULL, key BLOB NOT NULL, text TEXT NOT NULL, "
-                         "PRIMARY KEY (llm, key)) WITHOUT ROWID")
+            self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+        self._db.execute("CREATE TABLE IF NOT EXISTS replies (llm TEXT NOT NULL, key BLOB NOT NULL, text TEXT NOT NULL,"
+                         " PRIMARY KEY (llm, key)) WITHOUT ROWID")
 
-    def get(self, llm: str, prompt: str) -> str | None:
-        row = self._db.execute("SELECT text FROM clues WHERE llm = ? AND key = ?",
-                               [llm, hashlib.sha256(prompt.encode()).digest()]).fetchone()
+    @staticmethod
+    def _key(prompt: str, max_new_tokens: int) -> bytes:
+        return hashlib.sha256(json.dumps([prompt, max_new_tokens]).encode()).digest()
+
+    def get(self, llm: str, prompt: str, max_new_tokens: int) -> str | None:
+        row = self._db.execute("SELECT text FROM replies WHERE llm = ? AND key = ?",
+                               [llm, self._key(prompt, max_new_tokens)]).fetchone()
         return None if row is None else row[0]
 
-    def put(self, llm: str, prompt: str, text: str) -> None:
+    def put_many(self, llm: str, items: Sequence[tuple[str, str]], max_new_tokens: int) -> None:
+        """Store (prompt, reply) pairs in one transaction."""
         with self._db:
-            self._db.execute("INSERT OR REPLACE INTO clues VALUES (?, ?, ?)",
-                             [llm, hashlib.sha256(prompt.encode()).digest(), text])
+            self._db.executemany("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)",
+                                 [(llm, self._key(p, max_new_tokens), t) for p, t in items])
+
+
+def cached_chat(llm: LLM, prompts: Sequence[str], max_new_tokens: int, cache: ResponseCache | None,
+                batch: int = 8, progress: bool = False, desc: str = "LLM") -> list[str]:
+    """``llm.chat(prompts)`` with the replies ``cache`` holds read from it and the others asked ``batch`` at a time,
+    each batch stored as it comes (an interrupted run keeps what it got)."""
+    from tqdm.auto import tqdm
+
+    out = [cache.get(llm.name, p, max_new_tokens) if cache else None for p in prompts]
+    missing = [i for i, text in enumerate(out) if text is None]
+    with tqdm(total=len(missing), desc=desc, unit="prompt", disable=not progress or len(missing) < 2) as bar:
+        for lo in range(0, len(missing), batch):
+            rows = missing[lo : lo + batch]
+            replies = llm.chat([prompts[i] for i in rows], max_new_tokens)
+            for i, text in zip(rows, replies):
+                out[i] = text
+            if cache:
+                cache.put_many(llm.name, [(prompts[i], t) for i, t in zip(rows, replies)], max_new_tokens)
+            bar.update(len(rows))
+    return out
 
 
 def session_prompt(bank: MemoryBank, session: int, max_chars: int = 4000) -> str:
@@ -168,17 +215,9 @@ def session_prompt(bank: MemoryBank, session: int, max_chars: int = 4000) -> str
     return TOPIC_PROMPT.format(session="\n".join(lines)[:max_chars])
 
 
-def llm_clues(bank: MemoryBank, llm: LLM, cache: ClueCache | None = None, progress: bool = True,
+def llm_clues(bank: MemoryBank, llm: LLM, cache: ResponseCache | None = None, progress: bool = True,
               sessions: Sequence[int] | None = None) -> list[str]:
     """A topic summary per session (of ``sessions``, default all); sessions this LLM already summarised (same
-    content) come from the cache."""
-    from tqdm.auto import tqdm
-
-    cache = cache or ClueCache()
+    content) come from ``cache`` (default: the on-disk one)."""
     prompts = [session_prompt(bank, s) for s in (range(bank.n_sessions) if sessions is None else sessions)]
-    out = [cache.get(llm.name, p) for p in prompts]
-    missing = [i for i, text in enumerate(out) if text is None]
-    for i in tqdm(missing, desc="LLM clues", unit="session", disable=not progress or len(missing) < 2):
-        (out[i],) = llm.chat([prompts[i]])
-        cache.put(llm.name, prompts[i], out[i])
-    return out
+    return cached_chat(llm, prompts, CLUE_TOKENS, cache or ResponseCache(), progress=progress, desc="LLM clues")

@@ -1,4 +1,5 @@
-"""Shared fixtures: small hand-written datasets in every supported format, and an isolated embedding cache."""
+"""Shared fixtures: small hand-written datasets in every supported format, an isolated embedding cache, and a real
+OpenAI-compatible LLM server (llama.cpp's, serving the bundled SmolLM2 GGUF) on loopback."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,11 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 import gzip
 import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,6 +27,40 @@ def isolated_cache(tmp_path, monkeypatch):
     """Each test gets its own embedding cache folder, so no test reads vectors another one wrote."""
     monkeypatch.setenv("ASSOMEM_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """``openai:<url>#smollm2``: llama-cpp-python's server process serving the bundled GGUF on a free loopback port
+    (greedy replies; one request at a time, as the server decodes them)."""
+    pytest.importorskip("llama_cpp.server")
+    from assomem_gpu.llm import bundled_smollm2
+
+    folder, name = bundled_smollm2()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with open(log, "w") as fh:  # a file, not a pipe: the server logs every request and would fill a pipe and stall
+        proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(folder / name), "--host",
+                                 "127.0.0.1", "--port", str(port), "--n_ctx", "8192", "--seed", "0"],
+                                stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"{url}/models", timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the llama.cpp server stopped: {log.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("the llama.cpp server did not start in 60 s")
+        yield f"openai:{url}#smollm2"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def lme_item(qid, question, sessions, dates, qtype="single-session-user", qdate="2023/05/30 (Tue) 20:36", answer="x"):
@@ -56,6 +96,18 @@ def lme_items():
             "noise_c": [("user", "Tell me a joke about cats.", False)],
         }, ["2023/01/01 (Sun) 09:00", "2023/01/05 (Thu) 09:00"]),
     ]
+
+
+@pytest.fixture
+def answered_lme(tmp_path, lme_items):
+    """``lme_file`` with reference answers."""
+    answers = {"q1": "45 minutes each way", "q2": "Max", "q3_abs": "You did not mention the colour of your car."}
+    for item in lme_items:
+        item["answer"] = answers[item["question_id"]]
+    path = tmp_path / "lme.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        json.dump(lme_items, fh)
+    return path
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
-"""LLM clues with the bundled SmolLM2 (real weights, via transformers) and through a real OpenAI-compatible HTTP server."""
+"""LLM clients and clues: the bundled SmolLM2 (real weights, via transformers), and the OpenAI-compatible client against
+a real llama.cpp server process serving the same GGUF on loopback."""
 import json
 import threading
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -10,7 +12,7 @@ from assomem_gpu.assomem import AssoMem
 from assomem_gpu.config import AssoMemConfig
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder
-from assomem_gpu.llm import ClueCache, OpenAICompatibleLLM, llm_clues, make_llm, session_prompt
+from assomem_gpu.llm import OpenAICompatibleLLM, ResponseCache, TransformersLLM, llm_clues, make_llm, session_prompt
 from assomem_gpu.retrieve import EmbeddedDataset
 
 
@@ -43,24 +45,44 @@ class CountingLLM:
 
 def test_bundled_smollm2_writes_cached_clues(tmp_path, smollm2, two_sessions):
     llm = CountingLLM(smollm2)
-    cache = ClueCache(tmp_path / "c.sqlite")
+    cache = ResponseCache(tmp_path / "c.sqlite")
     clues = llm_clues(two_sessions.bank, llm, cache, progress=False)
     assert len(clues) == 2 and all(isinstance(c, str) and c for c in clues) and llm.calls == 2
-    assert llm_clues(two_sessions.bank, llm, ClueCache(tmp_path / "c.sqlite"), progress=False) == clues
+    assert llm_clues(two_sessions.bank, llm, ResponseCache(tmp_path / "c.sqlite"), progress=False) == clues
     assert llm.calls == 2  # second run: all from the cache
     assert "Dialogue session: user: How do I care for leather boots?" in session_prompt(two_sessions.bank, 0)
 
 
-def test_openai_compatible_endpoint_on_loopback(smollm2):
-    class Handler(BaseHTTPRequestHandler):
+def test_openai_compatible_client_against_a_llama_cpp_server(llama_server):
+    remote = make_llm(llama_server)
+    assert isinstance(remote, OpenAICompatibleLLM)
+    prompts = ["Name one colour.", "Name one fruit.", "Name one animal.", "Name one city."]
+    replies = remote.chat(prompts, 8)  # four requests, at most four in flight
+    assert len(replies) == 4 and all(isinstance(r, str) and r for r in replies)
+    assert remote.chat(prompts[::-1], 8) == replies[::-1]  # greedy: neither order nor concurrency changes a reply
+    with pytest.raises(ValueError, match="prompt: the LLM endpoint refused it"):
+        remote.chat(["word " * 9_000], 8)  # over the server's 8,192-token context: a 400
+
+
+def test_openai_compatible_client_retries_then_gives_up(llama_server):
+    """A proxy in front of the real server answers 503 to the first two requests: the client retries (with backoff)
+    and gets the real reply; with no retries left it raises, naming the endpoint."""
+    upstream = llama_server.split(":", 1)[1].split("#")[0]
+    failures = {"left": 2}
+
+    class Flaky(BaseHTTPRequestHandler):
         def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if self.path != "/v1/chat/completions" or body["model"] != "smol":
-                self.send_response(404)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if failures["left"] > 0:
+                failures["left"] -= 1
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            (text,) = smollm2.chat([body["messages"][-1]["content"]], body["max_tokens"])
-            data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+            request = urllib.request.Request(upstream + self.path.removeprefix("/v1"), data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request) as resp:
+                data = resp.read()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -70,18 +92,25 @@ def test_openai_compatible_endpoint_on_loopback(smollm2):
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        remote = make_llm(f"openai:{url}#smol")
-        assert isinstance(remote, OpenAICompatibleLLM)
         prompt = "Name one colour."
-        assert remote.chat([prompt], 8) == smollm2.chat([prompt], 8)
-        with pytest.raises(RuntimeError, match="failed"):
-            make_llm(f"openai:{url}#other-model").chat([prompt], 8)
+        assert OpenAICompatibleLLM(url, "smollm2", retries=2).chat([prompt], 8) == make_llm(llama_server).chat([prompt], 8)
+        failures["left"] = 1
+        with pytest.raises(RuntimeError, match=f"LLM endpoint {url} .*failed"):
+            OpenAICompatibleLLM(url, "smollm2", retries=0).chat([prompt], 8)
     finally:
         server.shutdown()
+    with pytest.raises(ValueError, match="concurrency"):
+        OpenAICompatibleLLM(url, "smollm2", concurrency=0)
+
+
+def test_batched_generation_answers_as_one_at_a_time(smollm2):
+    prompts = ["Name one colour.", "Write the first three letters of the alphabet, separated by commas."]
+    one = TransformersLLM(smollm2.model_ref, smollm2.gguf_file, batch_size=1)
+    assert smollm2.chat(prompts, 12) == one.chat(prompts, 12)  # left padding changes no greedy reply
 
 
 def test_llm_clue_mode_feeds_the_graph(tmp_path, monkeypatch, smollm2, two_sessions):

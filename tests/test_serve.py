@@ -24,9 +24,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(data, port: int) -> subprocess.Popen:
+def start(data, port: int, llm: str = "smollm2") -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "assomem_gpu.serve", "--data", str(data), "--port", str(port),
-                             "--encoder", "hashing", "--device", "cpu", "--max-body-mb", "0.25"],
+                             "--encoder", "hashing", "--device", "cpu", "--max-body-mb", "0.25", "--llm", llm],
                             env={**os.environ, "ASSOMEM_ADMIN_KEY": ADMIN}, stderr=subprocess.PIPE, text=True)
     for _ in range(300):
         try:
@@ -39,9 +39,9 @@ def start(data, port: int) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, llama_server):
     data, port = tmp_path_factory.mktemp("store"), free_port()
-    proc = start(data, port)
+    proc = start(data, port, llama_server)
     yield f"http://127.0.0.1:{port}", data, port, proc
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
@@ -98,6 +98,25 @@ def test_tenants_keys_and_isolation(server):
     admin.delete_tenant("iso-b")
     with pytest.raises(PermissionError):
         b.session_ids()  # its key went with it
+
+
+def test_answers_come_from_the_tenants_own_memory(server):
+    url = server[0]
+    admin = MemoryClient(url, ADMIN)
+    keys = [admin.create_tenant(name) for name in ("answers-a", "answers-b")]
+    with MemoryClient(url, keys[0]) as a, MemoryClient(url, keys[1]) as b:
+        a.add_sessions([session("pets", "My cat is called Miso."), session("trip", "I fly to Lisbon in April.", 2)])
+        b.add_sessions([session("pets", "My cat is called Pixel.")])
+        found = a.answer("What is my cat called?", k=3, question_date="2024-03-10", max_new_tokens=16)
+        assert isinstance(found.text, str) and len(found.hits) == 3
+        assert "Miso" in found.prompt and "Pixel" not in found.prompt and "(asked on 2024-03-10)" in found.prompt
+        assert {h.session_id for h in found.hits} <= {"pets", "trip"}
+        assert "Pixel" in b.answer("What is my cat called?", k=1, max_new_tokens=16).prompt
+        for bad, field in [({"k": 0}, "k"), ({"k": 21}, "k"), ({"max_new_tokens": 10_000}, "max_new_tokens"),
+                           ({"question_date": "soon"}, "question_date"), ({"sessions": ["nope"]}, "sessions")]:
+            with pytest.raises(ValueError, match=field):
+                a.answer("What is my cat called?", **bad)
+    assert httpx.post(f"{url}/v1/answer", json={"question": "What is my cat called?"}).status_code == 401
 
 
 def test_sessions_round_trip_and_deletes(server):
@@ -254,7 +273,8 @@ def test_schema_fuzzing_finds_no_server_error(server, who, tmp_path):
     url = server[0]
     key = MemoryClient(url, ADMIN).create_tenant(f"fuzz-{who}") if who == "tenant" else ADMIN
     done = subprocess.run([cli, "run", f"{url}/openapi.json", "-H", f"Authorization: Bearer {key}",
-                           "--checks", "not_a_server_error", "-n", "25", "--seed", "1"],
+                           "--checks", "not_a_server_error", "-n", "25", "--seed", "1",
+                           "--request-timeout", "120"],  # an answer may generate 512 tokens on a busy CPU
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "Server error" not in done.stdout

@@ -57,7 +57,7 @@ def load_locomo(path: str) -> Dataset:
                 id=f"{sample_id}:{k}", text=field(path, where, qa, "question", str), date=asked,
                 type=None if category is None else f"category-{category}",
                 evidence=np.unique(np.asarray(evidence, dtype=np.int64)), memory=len(memories),
-                answer=None if answer is None else str(answer)))
+                answer=None if answer is None else str(answer), abstention=str(category) == "5"))
         if not rows:
             raise DataFormatError(path, "conversation has no session_<n> lists", rec, "conversation")
         memories.append(Memory(np.asarray(rows, dtype=np.int64), np.asarray(dates, dtype=np.float64)))

@@ -9,21 +9,16 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from ..assomem import HYBRID_BASELINES, make_assomem
-from ..backend import Backend, get_backend
-from ..cli_options import add_assomem_options, add_cluster_option, config_from_options
+from ..backend import get_backend
+from ..cli_options import ALL_METHODS, add_assomem_options, add_cluster_option, build_methods, check_writable
 from ..cluster import Workers, connect, worker_peak_rss_mb
 from ..data import load_dataset
 from ..encode import DEFAULT_MODEL, make_encoder
-from ..fusion import fixed_weights, load_weights, restrict
-from ..retrieve import METHODS, EmbeddedDataset, make_method
+from ..retrieve import EmbeddedDataset
 from ..rss import peak_rss_mb
 from .metrics import DEFAULT_KS
 from .report import print_report
 from .runner import evaluate, write_rankings
-
-ALL_METHODS = [*METHODS, *HYBRID_BASELINES, "assomem"]
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.eval", description=__doc__,
@@ -55,23 +50,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.depth < 1 or args.batch_size < 1:
         p.error("--depth and --batch-size must be positive")
     return args
-
-
-def build_methods(args: argparse.Namespace, encoder, backend: Backend) -> list:
-    """The methods named by ``--method``; AssoMem configured by the options or a weights file."""
-    fusion, base = None, None
-    if args.weights:
-        fusion, saved = load_weights(args.weights)
-        from ..assomem import AssoMemConfig
-
-        base = AssoMemConfig.from_json(saved)
-    config = config_from_options(args, base)
-    if fusion is not None and list(config.signals) != fusion.signals:
-        fusion = restrict(fusion, config.signals)
-    if args.fixed_weights:
-        fusion = fixed_weights(config.signals)
-    return [make_method(m) if m in METHODS else make_assomem(m, config, encoder, fusion, backend)
-            for m in args.methods]
 
 
 def rankings_path(path: str, method: str, n_methods: int) -> Path:
@@ -154,18 +132,6 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
-
-
-def check_writable(path: Path) -> None:
-    """Fail before any work when an output file cannot be written (its folder is made if missing)."""
-    if path.is_dir():
-        raise ValueError(f"{path}: is a folder, not a file")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot create its folder ({exc.strerror})") from None
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"{path}: not writable")
 
 
 if __name__ == "__main__":

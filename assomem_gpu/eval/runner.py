@@ -1,4 +1,5 @@
-"""Running a method over a whole dataset: batched ranking, per-question metrics, averages, and the ranking export."""
+"""Running a method over a whole dataset: batched ranking, per-question metrics, averages, and the ranking export
+(written and read back)."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from ..cluster import Workers
+from ..memory import Dataset
 from ..retrieve import EmbeddedDataset, Method, by_memory
 from .metrics import mean_by_type, session_metrics, utterance_metrics
 
@@ -86,3 +88,31 @@ def write_rankings(path: str | Path, data: EmbeddedDataset, rankings: Sequence[n
     with open(path, "w", encoding="utf-8") as fh:
         for q, ranked in zip(data.dataset.questions, rankings):
             fh.write(json.dumps({"question_id": q.id, "ranked": [ids[i] for i in ranked]}) + "\n")
+
+
+def read_rankings(path: str | Path, ds: Dataset) -> list[np.ndarray]:
+    """The rankings of ``ds``'s questions from a ranking export (JSON Lines of ``{"question_id", "ranked"}``, as
+    ``python -m assomem_gpu.eval --rankings`` writes): bank rows, best first. Every question needs a line (lines of
+    other questions are skipped); ids the bank does not hold are an error naming the line."""
+    row_of = {u: i for i, u in enumerate(ds.bank.utt_ids)}
+    wanted = {q.id for q in ds.questions}
+    found: dict[str, np.ndarray] = {}
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                qid, ranked = obj["question_id"], obj["ranked"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{n}: not a ranking line ({exc})") from None
+            if qid not in wanted:  # a question left out of ``ds`` (a sample, a held-out side)
+                continue
+            unknown = [u for u in ranked if u not in row_of]
+            if unknown:
+                raise ValueError(f"{path}:{n}: ranked: utterance {unknown[0]!r} is not in the dataset")
+            found[qid] = np.asarray([row_of[u] for u in ranked], np.int64)
+    missing = [q.id for q in ds.questions if q.id not in found]
+    if missing:
+        raise ValueError(f"{path}: no ranking for question {missing[0]!r} ({len(missing)} missing)")
+    return [found[q.id] for q in ds.questions]

@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clue-merge", choices=CLUE_MERGES, default=GraphConfig().clue_merge,
                    help="how δ-similar session clues merge (components: the paper's; leaders: no chains, so dense "
                         "memories keep small clues and fast searches)")
+    p.add_argument("--llm", default="smollm2",
+                   help="LLM of /v1/answer (loaded on the first answer): smollm2 (needs the llm extra), "
+                        "hf:<model>[::<gguf>], openai:<url>#<model>")
     p.add_argument("--undated", action="store_true", help="sessions and questions may have no date")
     p.add_argument("--max-loaded", type=int, default=8, help="tenant indexes held in memory")
     p.add_argument("--snapshot-every-s", type=float, default=5.0,
@@ -40,9 +43,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..config import AssoMemConfig
     from ..encode import make_encoder
+    from ..llm import make_llm
     from ..store import MemoryStore, StoreError
     from .app import create_app
 
+    try:
+        make_llm(args.llm)  # the spec is checked now; the weights load on the first answer
+    except ValueError as exc:
+        print(f"error: --llm: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        print(f"warning: /v1/answer will answer 503: {exc}", file=sys.stderr)
     try:
         config = AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge))
         store = MemoryStore(args.data, make_encoder(args.encoder, cache=False), config, device=args.device,
@@ -51,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     except (StoreError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    app = create_app(store, args.admin_key, int(args.max_body_mb * 2**20), args.batch_wait_ms / 1000)
+    app = create_app(store, args.admin_key, int(args.max_body_mb * 2**20), args.batch_wait_ms / 1000, args.llm)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")  # the app closes the store as it stops
     return 0
 

@@ -1,9 +1,11 @@
-"""The HTTP service over a ``MemoryStore`` (FastAPI): tenants by API key, sessions, search, health and metrics.
+"""The HTTP service over a ``MemoryStore`` (FastAPI): tenants by API key, sessions, search, answers, health and
+metrics.
 
 Every route but the health checks, the metrics and the docs takes ``Authorization: Bearer <key>``: a tenant's key
 for its sessions and searches (the key names the tenant, so no route can reach another tenant's rows: another
 tenant's ids are simply not found, 404), the admin key for tenants and keys. Missing key: 401; a key of the wrong
-kind or unknown: 403. Bad input: 422 naming the field; a body over the limit: 413. A 2xx on a write means the write
+kind or unknown: 403. Bad input: 422 naming the field; a body over the limit: 413; an answer when the LLM cannot be
+loaded or reached: 503. A 2xx on a write means the write
 is on disk, whole. Routes are plain functions, so encoding and searching run in FastAPI's worker threads, off the
 event loop.
 """
@@ -21,18 +23,24 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
 
+from ..index import Hit
 from ..store import MemoryStore
 from .batching import SearchBatcher
-from .models import (MAX_BODY_BYTES, Added, AddSessions, NewTenant, Search, SearchOut, SessionOut, SessionPage,
-                     TenantKey)
+from .models import (MAX_BODY_BYTES, Added, AddSessions, AnswerOut, Ask, NewTenant, Search, SearchOut, SessionOut,
+                     SessionPage, TenantKey)
 
 bearer = HTTPBearer(auto_error=False)
 
 
+def hit_out(hit: Hit) -> dict:
+    return {**hit.fields(), "text": hit.text, "metadata": dict(hit.metadata)}
+
+
 def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BODY_BYTES,
-               batch_wait_s: float = 0.002) -> FastAPI:
+               batch_wait_s: float = 0.002, llm: str = "smollm2") -> FastAPI:
     """The service for ``store``; ``admin_key`` guards tenant and key management; concurrent searches of a tenant
-    are gathered for ``batch_wait_s`` seconds into one engine call (``batching.SearchBatcher``). The app owns the
+    are gathered for ``batch_wait_s`` seconds into one engine call (``batching.SearchBatcher``); ``/v1/answer``
+    answers with ``llm`` (a ``llm.make_llm`` spec, loaded on the first answer). The app owns the
     store: it warms it up (``MemoryStore.warm_up``) before it takes requests and closes it (snapshots written) when
     the server stops."""
     if not admin_key:
@@ -172,7 +180,17 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
                                    sessions=body.sessions, since=body.since, until=body.until)
         except (ValueError, TypeError) as exc:
             raise bad_input(exc) from exc
-        return SearchOut(results=[[{**h.fields(), "text": h.text, "metadata": dict(h.metadata)} for h in hits]
-                                  for hits in found])
+        return SearchOut(results=[[hit_out(h) for h in hits] for hits in found])
+
+    @app.post("/v1/answer", response_model=AnswerOut)
+    def answer(body: Ask, name: str = Depends(tenant)) -> AnswerOut:
+        options = body.model_dump(exclude={"question"})
+        try:
+            found = store.answer(name, body.question, llm, **options)
+        except (ValueError, TypeError) as exc:
+            raise bad_input(exc) from exc
+        except RuntimeError as exc:  # the LLM is not installed, or its endpoint failed
+            raise HTTPException(503, f"llm: {exc}") from exc
+        return AnswerOut(answer=found.text, hits=[hit_out(h) for h in found.hits], prompt=found.prompt)
 
     return app

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 import httpx
 
-from ..index import Hit, Session, Utterance
+from ..index import Answer, Hit, Session, Utterance
 
 
 class MemoryClient:
@@ -71,6 +71,12 @@ class MemoryClient:
         body = {"questions": [questions] if single else list(questions), "k": k, **filters}
         results = [[Hit(**h) for h in hits] for hits in self._call("POST", "/v1/search", json=body)["results"]]
         return results[0] if single else results
+
+    def answer(self, question: str, k: int = 6, **options) -> Answer:
+        """As ``MemoryIndex.answer`` with the server's LLM (``question_date``, ``sessions``, ``since``, ``until``,
+        ``max_new_tokens``)."""
+        out = self._call("POST", "/v1/answer", json={"question": question, "k": k, **options})
+        return Answer(out["answer"], [Hit(**h) for h in out["hits"]], out["prompt"])
 
 
 def _plain(session: Session | Mapping) -> dict:

@@ -12,6 +12,9 @@ MAX_UTTERANCES = 2_000  # per session
 MAX_TEXT = 20_000  # characters per utterance or question
 MAX_QUESTIONS = 256  # per search
 MAX_K = 1_000
+MAX_ANSWER_K = 20  # utterances in an answer's prompt
+MAX_ANSWER_TOKENS = 512
+MAX_ANSWER_QUESTION = 2_000  # characters: the question shares the LLM's context with k utterances
 
 
 class Strict(BaseModel):
@@ -45,6 +48,16 @@ class Search(Strict):
     until: str | float | None = None
 
 
+class Ask(Strict):
+    question: str = Field(min_length=1, max_length=MAX_ANSWER_QUESTION)
+    k: int = Field(6, ge=1, le=MAX_ANSWER_K, description="retrieved utterances the LLM is shown")
+    question_date: str | float | None = None
+    sessions: list[str] | None = Field(None, description="only these session ids")
+    since: str | float | None = None
+    until: str | float | None = None
+    max_new_tokens: int = Field(64, ge=1, le=MAX_ANSWER_TOKENS)
+
+
 class NewTenant(Strict):
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
 
@@ -67,6 +80,12 @@ class HitOut(BaseModel):
 
 class SearchOut(BaseModel):
     results: list[list[HitOut]]
+
+
+class AnswerOut(BaseModel):
+    answer: str
+    hits: list[HitOut] = Field(description="the utterances the LLM was shown, best first")
+    prompt: str = Field(description="what the LLM was asked")
 
 
 class UtteranceOut(BaseModel):

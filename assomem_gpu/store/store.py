@@ -31,7 +31,8 @@ from ..clues import keyword_clue
 from ..config import AssoMemConfig
 from ..encode import DEFAULT_MODEL, Encoder, TransformersEncoder
 from ..fusion import FusionModel, default_fusion
-from ..index import MemoryIndex, Session
+from ..index import Answer, MemoryIndex, Session
+from ..llm import LLM
 from ..snapshot import SnapshotError
 from .schema import StoreError, connect
 
@@ -172,6 +173,11 @@ class MemoryStore:
         """``MemoryIndex.search`` over the tenant's memory (``k``, ``question_date``, ``sessions``, ``since``,
         ``until``)."""
         return self._index(tenant)[1].search(questions, **options)
+
+    def answer(self, tenant: str, question: str, llm: str | LLM, **options) -> Answer:
+        """``MemoryIndex.answer`` by ``llm`` over the tenant's memory (``k``, ``question_date``, ``sessions``,
+        ``since``, ``until``, ``max_new_tokens``)."""
+        return self._index(tenant)[1].answer(question, llm=llm, **options)
 
     def get_session(self, tenant: str, session_id: str) -> Session:
         """The session as held; ``KeyError`` if the tenant holds none of that id."""

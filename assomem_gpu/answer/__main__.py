@@ -1,0 +1,160 @@
+"""``python -m assomem_gpu.answer``: retrieve, answer each question from its top-k utterances with an LLM, score the
+answers (EM, token F1, and the LLM judge with ``--judge``), write answers JSONL and a report.
+
+With ``--curve`` the questions are answered at every k from 1 to 10, and the report (and ``--plot``) holds Acc@k and
+F1@k beside R@k, as the paper's §8.3 figure. Replies are cached by (model, prompt, token limit) in the cache folder,
+so a rerun asks the LLM only what it has not answered before (``--no-cache``: ask everything).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..cli_options import add_rankings_options, check_writable, rankings_from_options
+from ..data import load_dataset
+from ..eval.metrics import utterance_metrics
+from ..llm import ResponseCache, cached_chat, make_llm
+from ..memory import Dataset
+from .context import question_prompts
+from .judging import judge, score_answers
+from .prompts import ANSWER_TOKENS, final_answer
+
+CURVE_KS = tuple(range(1, 11))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m assomem_gpu.answer", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--dataset", required=True, help="<format>:<path>, format one of longmemeval, locomo, meetingqa, jsonl")
+    p.add_argument("--k", type=int, default=6, help="retrieved utterances shown to the LLM")
+    p.add_argument("--curve", action="store_true", help=f"also answer at every k in {CURVE_KS[0]}..{CURVE_KS[-1]}")
+    p.add_argument("--llm", dest="answer_llm", default="smollm2", help="answering LLM: smollm2, hf:<model>[::<gguf>], openai:<url>#<model>")
+    p.add_argument("--judge", help="judging LLM (same forms as --llm; 'same': the answering one); none: no judge")
+    p.add_argument("--max-new-tokens", type=int, default=ANSWER_TOKENS, help="token limit of an answer")
+    p.add_argument("--limit", type=int, help="answer a seeded random sample of this many questions")
+    p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions")
+    p.add_argument("--haystack-sessions", type=int, help="grow every LongMemEval haystack to this many sessions")
+    p.add_argument("--questions", help="answer only the held-out questions of this split.json "
+                                       "(python -m assomem_gpu.finetune writes it)")
+    p.add_argument("--output", required=True, help="answers as JSON Lines: question_id, answer, used (ids), k")
+    p.add_argument("--report", help="write scores per k and question type, and timings, as JSON here")
+    p.add_argument("--plot", help="write Acc@k / F1@k / R@k curves here (PNG; needs --curve)")
+    p.add_argument("--no-cache", action="store_true", help="ask the LLM every prompt (replies are still not stored)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_rankings_options(p, "whose top k the LLM is shown")
+    args = p.parse_args(argv)
+    if args.k < 1 or args.max_new_tokens < 1:
+        p.error("--k and --max-new-tokens must be positive")
+    if args.plot and not args.curve:
+        p.error("--plot needs --curve")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        for path in [args.output, args.report]:
+            if path:
+                check_writable(Path(path))
+        ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+        if args.questions:
+            ds = heldout_only(ds, args.questions)
+        if not ds.questions:
+            raise ValueError(f"{args.dataset}: the dataset holds no questions")
+        llm = make_llm(args.answer_llm)
+        judge_llm = None if not args.judge else llm if args.judge == "same" else make_llm(args.judge)
+        ks = sorted({args.k, *CURVE_KS}) if args.curve else [args.k]
+        rankings = rankings_from_options(args, ds, ks, progress=not args.quiet)
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cache = None if args.no_cache else ResponseCache()
+    retrieve_s = time.perf_counter() - t0
+    by_k, answered, generate_s, judge_s = {}, {}, 0.0, 0.0
+    for k in ks:
+        prompts = question_prompts(ds, rankings, k)
+        t1 = time.perf_counter()
+        replies = cached_chat(llm, [p for p, _ in prompts], args.max_new_tokens, cache, progress=not args.quiet,
+                              desc=f"answers k={k}")
+        answers = [final_answer(r) for r in replies]
+        t2 = time.perf_counter()
+        verdicts = judge(ds, answers, judge_llm, cache, progress=not args.quiet) if judge_llm else None
+        generate_s, judge_s = generate_s + t2 - t1, judge_s + time.perf_counter() - t2
+        scored = score_answers(ds, answers, verdicts)
+        by_k[k] = {"recall": mean_recall(ds, rankings, k), **scored.summary}
+        answered[k] = (prompts, answers, scored)
+    prompts, answers, scored = answered[args.k]
+    with open(args.output, "w", encoding="utf-8") as fh:
+        for q, (_, used), answer, m in zip(ds.questions, prompts, answers, scored.per_question):
+            fh.write(json.dumps({"question_id": q.id, "answer": answer, "used": used, "k": args.k,
+                                 "reference": q.answer, "scores": m}) + "\n")
+    n_prompts = len(ds.questions) * len(ks)
+    report = {"dataset": args.dataset, "n_questions": len(ds.questions), "questions": args.questions,
+              "method": args.method,
+              "rankings": args.from_rankings, "llm": llm.name, "judge": judge_llm.name if judge_llm else None,
+              "max_new_tokens": args.max_new_tokens, "k": args.k, "ks": ks,
+              "by_k": {str(k): v for k, v in by_k.items()},
+              "timing": {"retrieve_s": round(retrieve_s, 3), "generate_s": round(generate_s, 3),
+                         "judge_s": round(judge_s, 3), "prompts": n_prompts,
+                         "s_per_prompt": round(generate_s / n_prompts, 4),
+                         "note": "cached replies cost ~0 s: run with --no-cache for the model's own time"}}
+    print_summary(report)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.report}")
+    if args.plot:
+        from .plots import write_curves
+
+        title = f"{args.dataset.split(':', 1)[0]}: {args.method}, {llm.name}"
+        print(f"wrote {write_curves(args.plot, by_k, title)}")
+    print(f"wrote {args.output}")
+    return 0
+
+
+def mean_recall(ds: Dataset, rankings: list[np.ndarray], k: int) -> float | None:
+    """Mean R@k of the rankings over the questions with evidence (None if none has)."""
+    rows = [utterance_metrics(r, q.evidence, [k])[f"R@{k}"] for q, r in zip(ds.questions, rankings) if len(q.evidence)]
+    return float(np.mean(rows)) if rows else None
+
+
+def heldout_only(ds: Dataset, split: str) -> Dataset:
+    """``ds`` with only the questions listed as ``heldout`` in the split file."""
+    try:
+        keep = set(json.loads(Path(split).read_text())["heldout"])
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{split}: not a split file with a 'heldout' list ({exc})") from None
+    return ds.subset([i for i, q in enumerate(ds.questions) if q.id in keep])
+
+
+def print_summary(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{report['dataset']}: {report['n_questions']} questions, {report['llm']}")
+    cols = ["n", "R@k", "EM", "F1"] + (["Acc", "judge errors"] if report["judge"] else [])
+    for c in ["k", "questions", *cols]:
+        table.add_column(c, justify="right")
+    for k, row in report["by_k"].items():
+        types = [t for t in row if t != "recall"]
+        for t in types:
+            m = row[t]
+            cells = [str(m["n"]), pct(row["recall"]) if t == "all" else "", pct(m["EM"]), pct(m["F1"])]
+            if report["judge"]:
+                cells += [pct(m["Acc"]), pct(m["judge_errors"])]
+            table.add_row(k if t == "all" else "", t, *cells)
+    Console().print(table)
+    print(f"s per prompt: {report['timing']['s_per_prompt']}")
+
+
+def pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.2f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

