@@ -38,7 +38,7 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .config import AssoMemConfig
-from .answer.prompts import ANSWER_TOKENS, final_answer, generation_prompt
+from .prompts import ANSWER_TOKENS, day, final_answer, generation_prompt
 from .encode import DEFAULT_MODEL, Encoder, TransformersEncoder
 from .fusion import FusionModel, Ranking, default_fusion, fit_fusion, rank
 from .llm import LLM, make_llm
@@ -96,7 +96,7 @@ class Hit:
 
 @dataclass(frozen=True)
 class Answer:
-    text: str  # the LLM's reply ("IDK" when it finds the memories of no use, as the prompt asks)
+    text: str  # the answer in the LLM's reply (``prompts.final_answer``); "IDK" when the memories are of no use
     hits: list[Hit]  # the utterances it was shown, best first
     prompt: str
 
@@ -292,7 +292,8 @@ class MemoryIndex:
                max_new_tokens: int = ANSWER_TOKENS) -> Answer:
         """An answer to ``question`` by ``llm`` (a ``make_llm`` spec or an ``llm.LLM``; made once per spec and kept)
         from its ``k`` best utterances (default 6, the paper's choice), with the paper's generation prompt; the other
-        arguments as ``search``. Nothing of it is cached on disk."""
+        arguments as ``search``. Nothing of it is cached on disk. ``RuntimeError`` when the LLM cannot be loaded or
+        reached; ``ValueError`` naming the field for bad input, and for a prompt the LLM refuses (too long)."""
         if not isinstance(question, str):
             raise TypeError(f"question: expected a string, got {type(question).__name__}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -300,9 +301,11 @@ class MemoryIndex:
         model = make_llm(llm) if isinstance(llm, str) else llm
         asked = _question_dates(question_date, 1, self.dated)[0]
         hits = self.search(question, k, asked, sessions, since, until)
-        prompt = generation_prompt(question, [(h.date and h.date[:10], h.speaker, h.text) for h in hits],
-                                   None if math.isnan(asked) else _iso(asked)[:10])
-        (reply,) = model.chat([prompt], max_new_tokens)
+        prompt = generation_prompt(question, [(h.date and h.date[:10], h.speaker, h.text) for h in hits], day(asked))
+        try:
+            (reply,) = model.chat([prompt], max_new_tokens)
+        except ValueError as exc:
+            raise ValueError(f"question: with its {len(hits)} utterances the prompt was refused: {exc}") from exc
         return Answer(final_answer(reply), hits, prompt)
 
     def search_embeddings(self, embeddings: np.ndarray, texts: Sequence[str] | None = None, k: int = 10,

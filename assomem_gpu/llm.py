@@ -1,7 +1,8 @@
 """LLM clients, their response cache, and session clues written by an LLM with the paper's topic prompt.
 
 ``make_llm`` takes ``"smollm2"`` (the bundled SmolLM2-135M-Instruct GGUF, run by transformers), any transformers
-model id or local folder (``"hf:<id or path>"``, with ``"::<file.gguf>"`` for a GGUF file inside it), or an
+model id or local folder (``"hf:<id or path>"``, with ``"::<file.gguf>"`` for a GGUF file inside it) or GGUF file
+(``"hf:<path>.gguf"``), or an
 OpenAI-compatible endpoint (``"openai:<base url>#<model>"``, key from ``$OPENAI_API_KEY`` when set). Every client
 decodes greedily (temperature 0), so a reply is a function of (model, prompt, token limit) and ``ResponseCache`` may
 keep it.
@@ -21,25 +22,7 @@ from typing import Protocol, Sequence
 
 from .encode import default_cache_dir
 from .memory import MemoryBank
-
-TOPIC_PROMPT = """### TASK DESCRIPTION
-
-You are a helpful assistant that helps users to organize their memory records. Next, you'll help me in organzing a user's memory records.
-
-Given a user historical dialogue session, please summarize the session into a concise topic summary without key information lost.
-
-Output the topic summary sentence.
-
-### INPUT
-
-Dialogue session: {session}
-
-### OUTPUT REQUIREMENT
-
-Generate a topic summary for the given session.
-
-Please only output the topic summary and nothing else."""
-
+from .prompts import TOPIC_PROMPT
 
 CLUE_TOKENS = 48  # token limit of a clue
 
@@ -72,23 +55,26 @@ class TransformersLLM:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         self.model_ref, self.gguf_file, self.batch_size = model, gguf_file, batch_size
-        label = Path(str(model)).name if Path(str(model)).exists() else str(model)
-        self.name = f"transformers:{label}:{gguf_file or ''}"
+        self.name = f"transformers:{_model_identity(Path(str(model)) / gguf_file if gguf_file else model)}"
         self._loaded = None
         self._lock = threading.Lock()
 
     def load(self):
-        """(tokenizer, model), loaded once."""
+        """(tokenizer, model), loaded once; ``RuntimeError`` naming the model when they cannot be loaded."""
         if self._loaded is None:
             from transformers import AutoModelForCausalLM, AutoTokenizer
             from transformers.utils import logging
 
             logging.disable_progress_bar()
             kw = {"gguf_file": self.gguf_file} if self.gguf_file else {}
-            tokenizer = AutoTokenizer.from_pretrained(self.model_ref, padding_side="left", **kw)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(self.model_ref, padding_side="left", **kw)
+                model = AutoModelForCausalLM.from_pretrained(self.model_ref, **kw).eval()
+            except (OSError, ValueError, ImportError) as exc:
+                raise RuntimeError(f"cannot load the LLM {self.model_ref} {self.gguf_file or ''}: {exc}") from exc
             if tokenizer.pad_token is None:
                 tokenizer.pad_token = tokenizer.eos_token
-            self._loaded = (tokenizer, AutoModelForCausalLM.from_pretrained(self.model_ref, **kw).eval())
+            self._loaded = (tokenizer, model)
         return self._loaded
 
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]:
@@ -111,17 +97,23 @@ class TransformersLLM:
 class OpenAICompatibleLLM:
     """Any server speaking the OpenAI chat-completions protocol (vLLM, llama.cpp's server, OpenAI, ...), through the
     ``openai`` package: ``timeout`` seconds a request, ``retries`` retries with exponential backoff (on connection
-    errors, 408, 409, 429 and 5xx), at most ``concurrency`` requests in flight. A request the endpoint refuses (400:
-    a prompt over the model's context, say) raises ``ValueError``; any other failure ``RuntimeError``."""
+    errors, 408, 409, 429 and 5xx), at most ``concurrency`` requests of this client in flight, whichever threads call
+    it. A prompt the endpoint refuses (400: over the model's context, say) raises ``ValueError``; any other failure
+    ``RuntimeError``."""
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0,
                  retries: int = 3, concurrency: int = 4):
         if timeout <= 0 or retries < 0 or concurrency < 1:
             raise ValueError(f"need timeout > 0, retries >= 0 and concurrency >= 1; got {timeout}, {retries}, "
                              f"{concurrency}")
-        from openai import OpenAI
+        try:
+            from openai import OpenAI
+        except ImportError as exc:
+            raise RuntimeError("an OpenAI-compatible LLM needs the package 'openai' (pip install 'assomem_gpu[llm]')"
+                               ) from exc
 
         self.base_url, self.model, self.concurrency = base_url.rstrip("/"), model, concurrency
+        self._in_flight = threading.BoundedSemaphore(concurrency)
         self.name = f"openai:{self.base_url}#{model}"
         self._client = OpenAI(base_url=self.base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "none",
                               timeout=timeout, max_retries=retries)
@@ -130,17 +122,32 @@ class OpenAICompatibleLLM:
         from openai import BadRequestError, OpenAIError
 
         try:
-            reply = self._client.chat.completions.create(model=self.model, max_tokens=max_new_tokens, temperature=0,
-                                                         messages=[{"role": "user", "content": prompt}])
+            with self._in_flight:
+                reply = self._client.chat.completions.create(model=self.model, max_tokens=max_new_tokens,
+                                                             temperature=0,
+                                                             messages=[{"role": "user", "content": prompt}])
             return (reply.choices[0].message.content or "").strip()
         except BadRequestError as exc:  # the request itself: a prompt over the model's context, say
-            raise ValueError(f"prompt: the LLM endpoint refused it: {exc}") from exc
+            raise ValueError(f"prompt: the LLM endpoint refused it (over the model's context?): {exc}") from exc
         except (OpenAIError, IndexError) as exc:
             raise RuntimeError(f"LLM endpoint {self.base_url} (model {self.model}) failed: {exc}") from exc
 
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]:
         with ThreadPoolExecutor(min(self.concurrency, max(len(prompts), 1))) as pool:
             return list(pool.map(lambda p: self._one(p, max_new_tokens), prompts))
+
+
+def _model_identity(model: str | Path) -> str:
+    """A model id as given; a local folder or file as its absolute path and a fingerprint of its files (names, sizes,
+    modification times), so that a model tuned again into the same folder is not taken for the old one."""
+    path = Path(str(model))
+    if not path.exists():
+        return str(model)
+    files = sorted(p for p in ([path] if path.is_file() else path.rglob("*"))
+                   if p.is_file() and "__pycache__" not in p.parts)
+    stamp = hashlib.sha256(repr([(str(p.relative_to(path.parent)), p.stat().st_size, p.stat().st_mtime_ns)
+                                 for p in files]).encode()).hexdigest()[:12]
+    return f"{path.resolve()}@{stamp}"
 
 
 @functools.lru_cache(maxsize=4)
@@ -152,6 +159,8 @@ def make_llm(spec: str = "smollm2") -> LLM:
     kind, _, rest = spec.partition(":")
     if kind == "hf" and rest:
         model, _, gguf = rest.partition("::")
+        if not gguf and model.endswith(".gguf") and Path(model).is_file():  # a GGUF file named by its path
+            return TransformersLLM(Path(model).parent, Path(model).name)
         return TransformersLLM(model, gguf or None)
     if kind == "openai" and rest:
         url, _, model = rest.partition("#")

@@ -9,7 +9,8 @@ import pytest
 from assomem_gpu import MemoryIndex, Session, Utterance
 from assomem_gpu.answer.__main__ import main as answer_main
 from assomem_gpu.answer.context import question_prompts
-from assomem_gpu.answer.prompts import MAX_UTTERANCE_CHARS, generation_prompt, judge_prompt
+from assomem_gpu.answer.judging import judged, score_answers
+from assomem_gpu.prompts import MAX_UTTERANCE_CHARS, generation_prompt, judge_prompt
 from assomem_gpu.answer.scores import abstains, answer_scores, exact_match, normalize_answer, parse_verdict, token_f1
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder
@@ -31,9 +32,28 @@ def test_exact_match_and_token_f1(prediction, reference, em, f1):
     assert token_f1(prediction, reference) == pytest.approx(f1)
 
 
-def test_normalisation_is_squads():
+def test_normalisation_is_squads_or_locomos():
     assert normalize_answer("  A  Tale of  the City, 2,500 words. ") == "tale of city 2500 words"
     assert normalize_answer("an apple and a pear") == "apple and pear"  # "and" stays (SQuAD's list of articles)
+    assert normalize_answer("an apple and a pear", "locomo") == "apple pear"  # LoCoMo drops "and" too
+    assert token_f1("she was running", "she runs", "squad") == pytest.approx(2 * (1 / 3) * (1 / 2) / (1 / 3 + 1 / 2))
+    assert token_f1("she was running", "she run", "locomo") == pytest.approx(0.8)  # Porter stems: run = run
+    with pytest.raises(ValueError, match="style"):
+        normalize_answer("x", "bleu")
+
+
+def test_scores_per_type_with_abstention_and_judge_errors(answered_lme):
+    ds = load_dataset(f"longmemeval:{answered_lme}")  # q1, q2, q3_abs
+    scored = score_answers(ds, ["45 minutes each way", "It is Rex", "IDK"], [True, None, None])
+    q1, q2, q3 = scored.per_question
+    assert q1 == {"EM": 1.0, "F1": 1.0, "Acc": 1.0, "judge_errors": 0.0}
+    assert q2 == {"EM": 0.0, "F1": 0.0, "Acc": 0.0, "judge_errors": 1.0}  # an unparsed verdict: a loss, counted
+    assert q3 == {"EM": 1.0, "F1": 1.0, "Acc": 1.0, "judge_errors": 0.0}  # abstained: credited, never judged
+    assert judged(ds) == [0, 1]
+    assert scored.summary["all"]["n"] == 3 and scored.summary["all"]["Acc"] == pytest.approx(2 / 3)
+    assert scored.summary["multi-session"] == {"n": 1, "EM": 0.0, "F1": 0.0, "Acc": 0.0, "judge_errors": 1.0}
+    assert score_answers(ds, ["x", "Max", "Blue"]).per_question[1:] == [{"EM": 1.0, "F1": 1.0},
+                                                                       {"EM": 0.0, "F1": 0.0}]
 
 
 @pytest.mark.parametrize("reply, says_idk", [
@@ -136,7 +156,7 @@ def test_answer_cli_over_a_ranking_export_with_a_real_server(tmp_path, answered_
     assert {"single-session-user", "multi-session"} <= set(rep["by_k"]["2"])
     assert (tmp_path / "plots" / "answers_at_k.png").stat().st_size > 10_000
     first = out.read_text()
-    assert answer_main(args) == 0 and out.read_text() == first  # greedy and cached: the same answers
+    assert answer_main([*args, "--no-cache"]) == 0 and out.read_text() == first  # greedy: asked again, the same
     assert "s per prompt" in capsys.readouterr().out
 
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from assomem_gpu.answer.prompts import TARGET_FORMAT, final_answer
+from assomem_gpu.prompts import TARGET_FORMAT, final_answer
 from assomem_gpu.data import load_dataset
 from assomem_gpu.finetune.samples import IDK, denoising_samples, split_questions
 
@@ -33,16 +33,25 @@ def test_samples_mix_evidence_with_hard_negatives_or_hold_negatives_only(answere
         denoising_samples(ds, rankings, [0], context=0)
 
 
-def test_split_keeps_a_memory_on_one_side(meetingqa_file):
-    ds = load_dataset(f"meetingqa:{meetingqa_file}")
-    train, held = split_questions(ds, 0.5, seed=3)
-    assert sorted(train + held) == list(range(len(ds.questions))) and not set(train) & set(held)
+def test_split_keeps_questions_sharing_evidence_together_and_hides_held_out_evidence(meetingqa_file):
+    ds = load_dataset(f"meetingqa:{meetingqa_file}")  # one memory; two questions answered by one utterance
     utt_session = ds.bank.utt_session()
-    side = {}
-    for rows, name in ((train, "train"), (held, "held")):
-        for i in rows:  # questions answered in the same meeting fall on the same side
-            assert side.setdefault(int(utt_session[ds.questions[i].evidence[0]]), name) == name
-    assert split_questions(ds, 0.5, seed=3) == (train, held)
+    for seed in range(8):
+        train, held = split_questions(ds, 0.5, seed)
+        assert sorted(train + held) == list(range(len(ds.questions))) and not set(train) & set(held)
+        side = {}
+        for rows, name in ((train, "train"), (held, "held")):
+            for i in rows:  # questions answered in the same session fall on the same side
+                for s in utt_session[ds.questions[i].evidence].tolist():
+                    assert side.setdefault(s, name) == name
+        assert split_questions(ds, 0.5, seed) == (train, held)
+        if train and held:
+            rankings = [ds.memory_utterances(0)] * len(ds.questions)
+            samples = denoising_samples(ds, rankings, train, context=6, unseen=held)
+            rows = {int(r) for i in held for r in ds.questions[i].evidence}
+            others = {ds.bank.utt_texts[r] for r in range(ds.bank.n_utterances) if r not in rows}
+            hidden = {ds.bank.utt_texts[r] for r in rows} - others  # texts only a hidden row holds
+            assert samples and not any(t in x["prompt"][0]["content"] for x in samples for t in hidden)
     with pytest.raises(ValueError, match="heldout"):
         split_questions(ds, 1.0)
 
@@ -57,7 +66,7 @@ def test_finetune_runs_on_the_cpu_and_its_merged_model_answers(tmp_path, answere
     dataset, ranked, out = f"longmemeval:{answered_lme}", tmp_path / "ranked.jsonl", tmp_path / "tuned"
     assert eval_main(["--dataset", dataset, "--method", "bm25", "--rankings", str(ranked), "--quiet"]) == 0
     assert finetune_main(["--dataset", dataset, "--from-rankings", str(ranked), "--output", str(out),
-                          "--heldout", "0.4", "--max-steps", "2", "--batch-size", "2", "--max-length", "256",
+                          "--heldout", "0.55", "--max-steps", "2", "--batch-size", "2", "--max-length", "256",
                           "--context", "2", "--quiet"]) == 0
     split = json.loads((out / "split.json").read_text())
     assert sorted(split["train"] + split["heldout"]) == ["q1", "q2", "q3_abs"] and split["heldout"]

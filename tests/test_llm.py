@@ -4,6 +4,7 @@ import json
 import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,6 +127,14 @@ def test_llm_clue_mode_feeds_the_graph(tmp_path, monkeypatch, smollm2, two_sessi
 def test_bad_llm_spec():
     with pytest.raises(ValueError, match="LLM must be"):
         make_llm("gpt-9000")
+
+
+def test_llm_specs_name_a_folder_a_file_in_it_or_a_gguf_file(smollm2):
+    folder, name = smollm2.model_ref, smollm2.gguf_file
+    for spec in (f"hf:{folder}::{name}", f"hf:{folder / name}"):
+        llm = make_llm(spec)
+        assert isinstance(llm, TransformersLLM) and (Path(llm.model_ref), llm.gguf_file) == (folder, name)
+        assert llm.name == smollm2.name  # one model, one identity in the reply cache
 
 
 def test_llm_clues_of_a_live_index_stay_off_disk(tmp_path, isolated_cache):

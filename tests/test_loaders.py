@@ -79,7 +79,8 @@ def test_locomo(locomo_file):
     assert ids(ds, q[0].evidence) == ["D1:1", "D1:3"]  # "D1:1; D1:3" split
     assert ids(ds, q[1].evidence) == ["D2:1"]  # D9:9 does not exist: dropped
     assert ids(ds, q[2].evidence) == ["D1:2", "D10:1"]  # space-joined, sorted by row
-    assert q[2].answer == "violin" and q[2].type == "category-5"
+    assert q[2].answer is None and q[2].abstention and q[2].type == "category-5"  # adversarial_answer: the trap
+    assert not any(x.abstention for x in (q[0], q[1], q[3]))
     assert len(q[3].evidence) == 0
     # sessions in numeric order (session_10 after session_2), one memory per conversation
     assert [ds.bank.session_ids[s] for s in ds.memories[0].sessions] == ["conv-1:session_1", "conv-1:session_2",

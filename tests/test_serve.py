@@ -24,9 +24,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(data, port: int, llm: str = "smollm2") -> subprocess.Popen:
+def start(data, port: int, llm: str = "smollm2", *extra: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "assomem_gpu.serve", "--data", str(data), "--port", str(port),
-                             "--encoder", "hashing", "--device", "cpu", "--max-body-mb", "0.25", "--llm", llm],
+                             "--encoder", "hashing", "--device", "cpu", "--max-body-mb", "0.25", "--llm", llm,
+                             *extra],
                             env={**os.environ, "ASSOMEM_ADMIN_KEY": ADMIN}, stderr=subprocess.PIPE, text=True)
     for _ in range(300):
         try:
@@ -39,9 +40,15 @@ def start(data, port: int, llm: str = "smollm2") -> subprocess.Popen:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, llama_server):
+def server(tmp_path_factory, request):
+    """A server whose answers come from the llama.cpp server (its own default LLM where llama-cpp-python is missing:
+    only the answer tests skip then)."""
+    try:
+        llm = request.getfixturevalue("llama_server")
+    except pytest.skip.Exception:
+        llm = "smollm2"
     data, port = tmp_path_factory.mktemp("store"), free_port()
-    proc = start(data, port, llama_server)
+    proc = start(data, port, llm)
     yield f"http://127.0.0.1:{port}", data, port, proc
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
@@ -100,7 +107,7 @@ def test_tenants_keys_and_isolation(server):
         b.session_ids()  # its key went with it
 
 
-def test_answers_come_from_the_tenants_own_memory(server):
+def test_answers_come_from_the_tenants_own_memory(server, llama_server):
     url = server[0]
     admin = MemoryClient(url, ADMIN)
     keys = [admin.create_tenant(name) for name in ("answers-a", "answers-b")]
@@ -117,6 +124,68 @@ def test_answers_come_from_the_tenants_own_memory(server):
             with pytest.raises(ValueError, match=field):
                 a.answer("What is my cat called?", **bad)
     assert httpx.post(f"{url}/v1/answer", json={"question": "What is my cat called?"}).status_code == 401
+
+
+def test_answers_are_bounded_and_a_failing_llm_is_a_503(tmp_path, llama_server):
+    """In front of the real LLM server, a proxy that is slow (each reply 2 s late) or down (500s): with one answer at
+    a time allowed, a second concurrent one is refused (429) while every other route answers; with the LLM down, an
+    answer is a 503 once the client's retries are spent, and the server stays up."""
+    import threading
+    import urllib.request
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    upstream, mode = llama_server.split(":", 1)[1].split("#")[0], {"now": "slow"}
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if mode["now"] == "down":
+                self.send_response(500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            time.sleep(2)
+            request = urllib.request.Request(upstream + self.path.removeprefix("/v1"), data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request) as resp:
+                data = resp.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    port = free_port()
+    proc = start(tmp_path, port, f"openai:http://127.0.0.1:{proxy.server_address[1]}/v1#smollm2", "--max-answers", "1")
+    try:
+        url = f"http://127.0.0.1:{port}"
+        key = MemoryClient(url, ADMIN).create_tenant("bounded")
+        with MemoryClient(url, key) as memory:
+            memory.add_sessions([session("pets", "My cat is called Miso.")])
+        ask = {"json": {"question": "What is my cat called?", "max_new_tokens": 8},
+               "headers": {"Authorization": f"Bearer {key}"}, "timeout": 120}
+        codes = []
+        first = threading.Thread(target=lambda: codes.append(httpx.post(f"{url}/v1/answer", **ask).status_code))
+        first.start()
+        time.sleep(1)  # the first answer now waits on the slow LLM
+        second = httpx.post(f"{url}/v1/answer", **ask)
+        assert second.status_code == 429 and "answers: 1 in progress" in second.json()["detail"]
+        assert httpx.get(f"{url}/healthz").status_code == 200
+        first.join()
+        assert codes == [200]
+        mode["now"] = "down"
+        down = httpx.post(f"{url}/v1/answer", **ask)
+        assert down.status_code == 503 and down.json()["detail"].startswith("llm: LLM endpoint")
+        assert httpx.get(f"{url}/readyz").status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        proxy.shutdown()
 
 
 def test_sessions_round_trip_and_deletes(server):

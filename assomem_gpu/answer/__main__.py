@@ -18,11 +18,11 @@ import numpy as np
 from ..cli_options import add_rankings_options, check_writable, rankings_from_options
 from ..data import load_dataset
 from ..eval.metrics import utterance_metrics
-from ..llm import ResponseCache, cached_chat, make_llm
+from ..llm import LLM, ResponseCache, cached_chat, make_llm
 from ..memory import Dataset
 from .context import question_prompts
 from .judging import judge, score_answers
-from .prompts import ANSWER_TOKENS, final_answer
+from ..prompts import ANSWER_TOKENS, final_answer
 
 CURVE_KS = tuple(range(1, 11))
 
@@ -33,18 +33,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dataset", required=True, help="<format>:<path>, format one of longmemeval, locomo, meetingqa, jsonl")
     p.add_argument("--k", type=int, default=6, help="retrieved utterances shown to the LLM")
     p.add_argument("--curve", action="store_true", help=f"also answer at every k in {CURVE_KS[0]}..{CURVE_KS[-1]}")
-    p.add_argument("--llm", dest="answer_llm", default="smollm2", help="answering LLM: smollm2, hf:<model>[::<gguf>], openai:<url>#<model>")
-    p.add_argument("--judge", help="judging LLM (same forms as --llm; 'same': the answering one); none: no judge")
+    p.add_argument("--llm", dest="answer_llm", default="smollm2",
+                   help="answering LLM: smollm2, hf:<model>[::<gguf>], hf:<file.gguf>, openai:<url>#<model>")
+    p.add_argument("--judge", help="judging LLM (same forms as --llm; 'same': the answering one); without it, no judge")
     p.add_argument("--max-new-tokens", type=int, default=ANSWER_TOKENS, help="token limit of an answer")
     p.add_argument("--limit", type=int, help="answer a seeded random sample of this many questions")
     p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions")
     p.add_argument("--haystack-sessions", type=int, help="grow every LongMemEval haystack to this many sessions")
     p.add_argument("--questions", help="answer only the held-out questions of this split.json "
                                        "(python -m assomem_gpu.finetune writes it)")
-    p.add_argument("--output", required=True, help="answers as JSON Lines: question_id, answer, used (ids), k")
+    p.add_argument("--output", required=True,
+                   help="answers as JSON Lines: question_id, answer, used (ids), k, reference, scores")
     p.add_argument("--report", help="write scores per k and question type, and timings, as JSON here")
     p.add_argument("--plot", help="write Acc@k / F1@k / R@k curves here (PNG; needs --curve)")
-    p.add_argument("--no-cache", action="store_true", help="ask the LLM every prompt (replies are still not stored)")
+    p.add_argument("--no-cache", action="store_true", help="ask the LLM every prompt: replies are neither read from nor written to the cache")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_rankings_options(p, "whose top k the LLM is shown")
     args = p.parse_args(argv)
@@ -76,19 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cache = None if args.no_cache else ResponseCache()
     retrieve_s = time.perf_counter() - t0
-    by_k, answered, generate_s, judge_s = {}, {}, 0.0, 0.0
-    for k in ks:
-        prompts = question_prompts(ds, rankings, k)
-        t1 = time.perf_counter()
-        replies = cached_chat(llm, [p for p, _ in prompts], args.max_new_tokens, cache, progress=not args.quiet,
-                              desc=f"answers k={k}")
-        answers = [final_answer(r) for r in replies]
-        t2 = time.perf_counter()
-        verdicts = judge(ds, answers, judge_llm, cache, progress=not args.quiet) if judge_llm else None
-        generate_s, judge_s = generate_s + t2 - t1, judge_s + time.perf_counter() - t2
-        scored = score_answers(ds, answers, verdicts)
-        by_k[k] = {"recall": mean_recall(ds, rankings, k), **scored.summary}
-        answered[k] = (prompts, answers, scored)
+    try:
+        by_k, answered, generate_s, judge_s = answer_at(ds, rankings, ks, llm, judge_llm, cache, args)
+    except (ValueError, RuntimeError) as exc:  # the endpoint is down, a prompt is over the context, ...
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     prompts, answers, scored = answered[args.k]
     with open(args.output, "w", encoding="utf-8") as fh:
         for q, (_, used), answer, m in zip(ds.questions, prompts, answers, scored.per_question):
@@ -115,6 +109,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {write_curves(args.plot, by_k, title)}")
     print(f"wrote {args.output}")
     return 0
+
+
+def answer_at(ds: Dataset, rankings: list[np.ndarray], ks: list[int], llm: LLM, judge_llm: LLM | None,
+              cache: ResponseCache | None, args: argparse.Namespace) -> tuple[dict, dict, float, float]:
+    """Every question answered (and judged) at each k: the scores per k, (prompts, answers, scores) per k, and the
+    seconds spent generating and judging."""
+    by_k, answered, generate_s, judge_s = {}, {}, 0.0, 0.0
+    for k in ks:
+        prompts = question_prompts(ds, rankings, k)
+        t1 = time.perf_counter()
+        replies = cached_chat(llm, [p for p, _ in prompts], args.max_new_tokens, cache, progress=not args.quiet,
+                              desc=f"answers k={k}")
+        answers = [final_answer(r) for r in replies]
+        t2 = time.perf_counter()
+        verdicts = judge(ds, answers, judge_llm, cache, progress=not args.quiet) if judge_llm else None
+        generate_s, judge_s = generate_s + t2 - t1, judge_s + time.perf_counter() - t2
+        scored = score_answers(ds, answers, verdicts)
+        by_k[k] = {"recall": mean_recall(ds, rankings, k), **scored.summary}
+        answered[k] = (prompts, answers, scored)
+    return by_k, answered, generate_s, judge_s
 
 
 def mean_recall(ds: Dataset, rankings: list[np.ndarray], k: int) -> float | None:

@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from ..memory import Dataset
-from .prompts import day, generation_prompt
+from ..prompts import day, generation_prompt
 
 
 class PromptMaker:

@@ -1,5 +1,10 @@
 """Scoring a dataset's answers: exact match and token F1 per answer, the LLM judge's verdicts, and their means per
-question type."""
+question type.
+
+Abstention questions (the memory does not hold the answer) are not judged: their every score, Acc included, is
+whether the reply abstains (``scores.abstains``), so the judge never compares a reply with a trap answer (LoCoMo's
+``adversarial_answer``) or an explanation ("You did not mention ...").
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,20 +13,25 @@ from typing import Sequence
 from ..eval.metrics import mean_by_type
 from ..llm import LLM, ResponseCache, cached_chat
 from ..memory import Dataset
-from .prompts import JUDGE_TOKENS, judge_prompt
+from ..prompts import JUDGE_TOKENS, judge_prompt
 from .scores import answer_scores, parse_verdict
 
 
 @dataclass
-class Scored:
-    per_question: list[dict[str, float] | None]  # EM, F1, and Acc when judged; None: nothing to score against
-    summary: dict[str, dict[str, float]]  # "all" and per type: means and n; "judge_errors": share of unparsed verdicts
+class AnswerScores:
+    per_question: list[dict[str, float] | None]  # EM, F1, and Acc and judge_errors when judged; None: no reference
+    summary: dict[str, dict[str, float]]  # "all" and per type: means and n
+
+
+def judged(ds: Dataset) -> list[int]:
+    """The questions a judge compares with their reference: those with one, abstention questions apart."""
+    return [i for i, q in enumerate(ds.questions) if q.answer is not None and not q.abstention]
 
 
 def judge(ds: Dataset, answers: Sequence[str], llm: LLM, cache: ResponseCache | None, progress: bool = False
           ) -> list[bool | None]:
-    """The judge's verdict on each answer (None: a question without a reference answer, or a judge error)."""
-    rows = [i for i, q in enumerate(ds.questions) if q.answer is not None]
+    """The judge's verdict on each answer of ``judged(ds)`` (None elsewhere, and for a judge error)."""
+    rows = judged(ds)
     replies = cached_chat(llm, [judge_prompt(ds.questions[i].text, ds.questions[i].answer, answers[i]) for i in rows],
                           JUDGE_TOKENS, cache, progress=progress, desc="judge")
     verdicts: list[bool | None] = [None] * len(answers)
@@ -30,15 +40,20 @@ def judge(ds: Dataset, answers: Sequence[str], llm: LLM, cache: ResponseCache | 
     return verdicts
 
 
-def score_answers(ds: Dataset, answers: Sequence[str], verdicts: Sequence[bool | None] | None = None) -> Scored:
-    """EM and F1 of each answer (``scores.answer_scores``) and, with ``verdicts``, Acc (1 for Win, 0 for Lose; a judge
-    error counts as a loss in Acc and is reported apart as ``judge_errors``)."""
+def score_answers(ds: Dataset, answers: Sequence[str], verdicts: Sequence[bool | None] | None = None
+                  ) -> AnswerScores:
+    """EM and F1 of each answer (``scores.answer_scores``, LoCoMo's normalisation on LoCoMo) and, with ``verdicts``, Acc (1 for Win, 0 for Lose; a judge
+    error counts as a loss in Acc and is reported apart as ``judge_errors``; an abstention question's Acc is its EM)."""
+    style = "locomo" if ds.name == "locomo" else "squad"
     per_question, typed = [], []
     for i, (q, answer) in enumerate(zip(ds.questions, answers)):
-        m = answer_scores(answer, q.answer, q.abstention)
+        m = answer_scores(answer, q.answer, q.abstention, style)
         if m is not None and verdicts is not None:
-            m = {**m, "Acc": float(verdicts[i] is True), "judge_errors": float(verdicts[i] is None)}
+            if q.abstention:
+                m = {**m, "Acc": m["EM"], "judge_errors": 0.0}
+            else:
+                m = {**m, "Acc": float(verdicts[i] is True), "judge_errors": float(verdicts[i] is None)}
         per_question.append(m)
         if m is not None:
             typed.append((q.type, m))
-    return Scored(per_question, mean_by_type(typed) if typed else {})
+    return AnswerScores(per_question, mean_by_type(typed) if typed else {})

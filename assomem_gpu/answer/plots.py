@@ -5,7 +5,8 @@ from pathlib import Path
 
 
 def write_curves(directory: str | Path, by_k: dict[int, dict], title: str) -> Path:
-    """``by_k``: per k, ``"recall"`` (mean R@k or None) and ``"all"`` (means of EM, F1 and, when judged, Acc)."""
+    """``by_k``: per k, ``"recall"`` (mean R@k or None) and ``"all"`` (means of EM, F1 and, when judged, Acc); a
+    series with a missing value is left out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -13,9 +14,9 @@ def write_curves(directory: str | Path, by_k: dict[int, dict], title: str) -> Pa
 
     ks = sorted(by_k)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    series = [("R@k", [by_k[k]["recall"] for k in ks]), ("F1@k", [by_k[k]["all"]["F1"] for k in ks])]
-    if "Acc" in by_k[ks[0]]["all"]:
-        series.append(("Acc@k (judge)", [by_k[k]["all"]["Acc"] for k in ks]))
+    means = [by_k[k].get("all", {}) for k in ks]  # empty where no question has a reference
+    series = [("R@k", [by_k[k]["recall"] for k in ks]), ("F1@k", [m.get("F1") for m in means]),
+              ("Acc@k (judge)", [m.get("Acc") for m in means])]
     for label, ys in series:
         if all(y is not None for y in ys):
             ax.plot(ks, [100 * y for y in ys], marker="o", markersize=3, label=label)

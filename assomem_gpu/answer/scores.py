@@ -1,36 +1,55 @@
-"""Scores of a generated answer against the reference: exact match and token F1 as SQuAD's and LoCoMo's official
-scripts compute them, abstention, and the strict parse of an LLM judge's verdict.
+"""Scores of a generated answer against the reference: exact match and token F1 as the official scripts compute them,
+abstention, and the strict parse of an LLM judge's verdict.
 
-Normalisation (SQuAD's ``normalize_answer``, with LoCoMo's removal of thousands separators so that "1,000" and
-"1000" match): lower case, drop punctuation, drop the articles a/an/the, collapse white space. Answers that are
-numbers are compared as their text ("3" matches "3", not "three"), as both scripts do.
+Two normalisations, by dataset (``STYLES``):
+
+- ``squad`` (SQuAD v2's ``normalize_answer``; every dataset but LoCoMo): lower case, drop punctuation, drop the
+  articles a/an/the, collapse white space; F1 over the tokens, 1 when both sides are empty.
+- ``locomo`` (LoCoMo's ``evaluation.py``): drop commas first (so "1,000" is "1000"), then as SQuAD but "and" is
+  dropped with the articles, and F1 compares Porter stems (PyStemmer's ``porter``).
+
+Answers that are numbers are compared as their text ("3" matches "3", not "three"), as both scripts do.
 """
 from __future__ import annotations
 
 import re
 import string
 from collections import Counter
+from functools import lru_cache
 
+STYLES = ("squad", "locomo")
 _PUNCT = set(string.punctuation)
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_ARTICLES = {"squad": re.compile(r"\b(a|an|the)\b"), "locomo": re.compile(r"\b(a|an|the|and)\b")}
 # replies that decline to answer: the generation prompt asks for "IDK"; small models paraphrase it
 _ABSTAINS = re.compile(r"^idk\b|\bi (?:do not|dont|don't) know\b|\bnot (?:mentioned|specified|provided|stated)\b|"
                        r"\bno (?:information|mention|record)\b|\bcannot (?:answer|determine)\b|\bunknown\b")
 
 
-def normalize_answer(text: str) -> str:
-    text = _THOUSANDS.sub("", str(text).lower())
-    text = "".join(ch for ch in text if ch not in _PUNCT)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+@lru_cache(maxsize=1)
+def _porter():
+    import Stemmer
+
+    return Stemmer.Stemmer("porter")
 
 
-def exact_match(prediction: str, reference: str) -> float:
-    return float(normalize_answer(prediction) == normalize_answer(reference))
+def normalize_answer(text: str, style: str = "squad") -> str:
+    text = str(text)
+    if style == "locomo":
+        text = text.replace(",", "")
+    elif style != "squad":
+        raise ValueError(f"style: one of {STYLES}, got {style!r}")
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
+    return " ".join(_ARTICLES[style].sub(" ", text).split())
 
 
-def token_f1(prediction: str, reference: str) -> float:
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(reference).split()
+def exact_match(prediction: str, reference: str, style: str = "squad") -> float:
+    return float(normalize_answer(prediction, style) == normalize_answer(reference, style))
+
+
+def token_f1(prediction: str, reference: str, style: str = "squad") -> float:
+    pred, ref = normalize_answer(prediction, style).split(), normalize_answer(reference, style).split()
+    if style == "locomo":
+        pred, ref = _porter().stemWords(pred), _porter().stemWords(ref)
     if not pred or not ref:
         return float(pred == ref)
     same = sum((Counter(pred) & Counter(ref)).values())
@@ -45,7 +64,8 @@ def abstains(reply: str) -> bool:
     return bool(_ABSTAINS.search(" ".join(str(reply).lower().replace("’", "'").split())))
 
 
-def answer_scores(prediction: str, reference: str | None, abstention: bool) -> dict[str, float] | None:
+def answer_scores(prediction: str, reference: str | None, abstention: bool, style: str = "squad"
+                  ) -> dict[str, float] | None:
     """``{"EM", "F1"}`` of one answer; an abstention question (LongMemEval ``_abs``, LoCoMo category 5) scores 1 on
     both when the reply abstains and 0 otherwise. None when there is no reference to score against."""
     if abstention:
@@ -53,7 +73,7 @@ def answer_scores(prediction: str, reference: str | None, abstention: bool) -> d
         return {"EM": score, "F1": score}
     if reference is None:
         return None
-    return {"EM": exact_match(prediction, reference), "F1": token_f1(prediction, reference)}
+    return {"EM": exact_match(prediction, reference, style), "F1": token_f1(prediction, reference, style)}
 
 
 def parse_verdict(reply: str) -> bool | None:

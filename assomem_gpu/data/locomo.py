@@ -2,7 +2,10 @@
 
 Utterance id = the turn's ``dia_id``; question id ``"<sample_id>:<index in qa>"``; evidence = ids in the QA's
 ``evidence`` list (each entry may join several ids with ``;``, ``,`` or spaces; ids not in the conversation are dropped).
-Questions carry no date in this format: they are taken as asked at the conversation's last session date.
+Questions carry no date in this format: they are taken as asked at the conversation's last session date. Category 5
+(adversarial: the conversation does not hold the answer) questions are abstention questions: their reference is none
+(the ``adversarial_answer`` they carry is the trap), and LongMemEval's session metrics leave them out, as its
+``_abs`` questions.
 """
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ def load_locomo(path: str) -> Dataset:
                 if not isinstance(ev, str):
                     raise DataFormatError(path, f"evidence entries must be strings, got {type(ev).__name__}", where, "evidence")
                 evidence += [dia_rows[i] for i in re.split(r"[;,\s]+", ev) if i in dia_rows]
-            answer = qa.get("answer", qa.get("adversarial_answer"))
+            answer = qa.get("answer")  # category 5's "adversarial_answer" is the trap, not a reference
             category = field(path, where, qa, "category", (int, str), optional=True)
             questions.append(Question(
                 id=f"{sample_id}:{k}", text=field(path, where, qa, "question", str), date=asked,

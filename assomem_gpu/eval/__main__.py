@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from contextlib import ExitStack
@@ -19,6 +18,7 @@ from ..rss import peak_rss_mb
 from .metrics import DEFAULT_KS
 from .report import print_report
 from .runner import evaluate, write_rankings
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.eval", description=__doc__,

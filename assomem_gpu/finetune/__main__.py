@@ -2,8 +2,8 @@
 ``SFTTrainer`` and peft.
 
 Rankings come from a ranking export (``--from-rankings``, as ``python -m assomem_gpu.eval --rankings`` writes) or from
-retrieval with ``--method``. The questions are split by memory (``finetune.samples.split_questions``); only the train
-side is trained on. Written to ``--output``: ``adapter/`` (the LoRA weights), ``merged/`` (the model with them merged:
+retrieval with ``--method``. The questions are split by evidence (``finetune.samples.split_questions``): only the
+train side is trained on, and no training context shows a held-out question's evidence. Written to ``--output``: ``adapter/`` (the LoRA weights), ``merged/`` (the model with them merged:
 answer with ``--llm hf:<output>/merged``), ``split.json`` (question ids of each side: ``python -m assomem_gpu.answer
 --questions <output>/split.json`` answers the held-out side) and ``train.json`` (the loss log and the settings). Runs
 on the GPU when there is one, else on the CPU, unchanged.
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli_options import add_rankings_options, rankings_from_options
+from ..cli_options import add_rankings_options, check_writable, rankings_from_options
 from ..data import load_dataset
 from ..llm import TransformersLLM, make_llm
 from .samples import denoising_samples, split_questions
@@ -28,7 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dataset", required=True, help="<format>:<path> of labelled questions with answers")
     p.add_argument("--model", default="smollm2", help="the LLM to tune: smollm2 or hf:<model>[::<gguf>]")
     p.add_argument("--output", required=True, help="folder for adapter/, merged/, split.json, train.json")
-    p.add_argument("--heldout", type=float, default=0.2, help="share of the memories kept out of training")
+    p.add_argument("--heldout", type=float, default=0.2,
+                   help="share of the questions (grouped by shared evidence) kept out of training")
     p.add_argument("--context", type=int, default=6, help="utterances in a sample's memory context")
     p.add_argument("--max-steps", type=int, default=60, help="optimiser steps")
     p.add_argument("--batch-size", type=int, default=4, help="samples per step")
@@ -50,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
     try:
+        check_writable(Path(args.output) / "train.json")
         llm = make_llm(args.model)
         if not isinstance(llm, TransformersLLM):
             raise ValueError(f"--model: only a local transformers model can be tuned, not {args.model!r}")
         ds = load_dataset(args.dataset, limit=args.limit, seed=args.seed)
         train, held = split_questions(ds, args.heldout, args.seed)
         rankings = rankings_from_options(args, ds, [args.context], progress=not args.quiet)
-        samples = denoising_samples(ds, rankings, train, args.context, args.seed)
+        samples = denoising_samples(ds, rankings, train, args.context, args.seed, unseen=held)
         if not samples:
             raise ValueError(f"{args.dataset}: no training sample (questions need answers and evidence)")
     except (ValueError, OSError, RuntimeError) as exc:

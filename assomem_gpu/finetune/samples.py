@@ -1,6 +1,6 @@
 """The denoising QA dataset of §3.3, built from labelled questions and their retrieval rankings.
 
-Per training question two samples, each the generation prompt the answer pipeline uses (``answer.prompts``) over a
+Per training question two samples, each the generation prompt the answer pipeline uses (``prompts``) over a
 memory context, and the multi-task target (``TARGET_FORMAT``: the question type, then the answer):
 
 - **mixed**: the question's evidence utterances among its hardest negatives (the best-ranked utterances that are not
@@ -10,8 +10,10 @@ memory context, and the multi-task target (``TARGET_FORMAT``: the question type,
 Abstention questions give only a negative-only sample (their answer is "not in the memory" whatever is shown).
 Questions without a reference answer, and others without evidence, give none.
 
-The split is by memory: questions that share a memory and an evidence session (MeetingQA's one memory holds all its
-meetings) fall on the same side, so no held-out question's evidence is trained on.
+The split is by evidence: questions that share an evidence session (directly or through others) fall on the same
+side, and no training context shows a held-out question's evidence utterance (not even as a negative), so nothing a
+held-out question is answered from is trained on. (A split by memory would not do: MeetingQA's one memory holds all
+its meetings.)
 """
 from __future__ import annotations
 
@@ -21,41 +23,57 @@ from typing import Sequence
 import numpy as np
 
 from ..answer.context import PromptMaker
-from ..answer.prompts import TARGET_FORMAT
+from ..prompts import TARGET_FORMAT
 from ..memory import Dataset
 
 IDK = "IDK"
 
 
 def split_questions(ds: Dataset, heldout: float, seed: int = 0) -> tuple[list[int], list[int]]:
-    """(train, held-out) question rows: whole groups (memory, first evidence session) go to one side, a group to
-    the held-out side when a seeded hash of it falls under ``heldout`` (a share, 0 < heldout < 1)."""
+    """(train, held-out) question rows: questions linked by shared evidence sessions form a group (a question without
+    evidence is its own), and a group goes to the held-out side when a seeded hash of its first question's id falls
+    under ``heldout`` (a share, 0 < heldout < 1)."""
     if not 0 < heldout < 1:
         raise ValueError(f"heldout: a share between 0 and 1, got {heldout}")
     utt_session = ds.bank.utt_session()
-    train, held = [], []
+    parent = list(range(len(ds.questions)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_asker: dict[int, int] = {}
     for i, q in enumerate(ds.questions):
-        group = f"{seed}:{q.memory}:{ds.bank.session_ids[utt_session[q.evidence[0]]] if len(q.evidence) else q.id}"
-        draw = int.from_bytes(hashlib.sha256(group.encode()).digest()[:8], "big") / 2**64
+        for session in np.unique(utt_session[q.evidence]).tolist():
+            parent[root(i)] = root(first_asker.setdefault(session, i))
+    train, held = [], []
+    for i in range(len(ds.questions)):
+        group = ds.questions[root(i)].id
+        draw = int.from_bytes(hashlib.sha256(f"{seed}:{group}".encode()).digest()[:8], "big") / 2**64
         (held if draw < heldout else train).append(i)
     return train, held
 
 
 def denoising_samples(ds: Dataset, rankings: Sequence[np.ndarray], questions: Sequence[int], context: int = 6,
-                      seed: int = 0) -> list[dict]:
+                      seed: int = 0, unseen: Sequence[int] = ()) -> list[dict]:
     """Conversational prompt-completion samples (``{"prompt": [user message], "completion": [assistant message],
-    "question_id", "kind"}``, the form trl's ``SFTTrainer`` trains on the completion of) for ``questions``."""
+    "question_id", "kind"}``, the form trl's ``SFTTrainer`` trains on the completion of) for ``questions``; no
+    context shows the evidence of the ``unseen`` questions (the held-out side)."""
     if context < 1:
         raise ValueError(f"context: at least one utterance, got {context}")
     rng = np.random.default_rng(seed)
     make = PromptMaker(ds)
+    hidden = {int(r) for i in unseen for r in ds.questions[i].evidence}
     samples = []
     for i in questions:
         q = ds.questions[i]
         if q.answer is None or not (len(q.evidence) or q.abstention):
             continue
         qtype = q.type or "unknown"
-        negatives = [int(r) for r in rankings[i] if r not in set(q.evidence.tolist())][:context]
+        evidence = set(q.evidence.tolist())
+        negatives = [int(r) for r in rankings[i] if r not in evidence and r not in hidden][:context]
         contexts = [("negative-only", negatives, IDK)]
         if not q.abstention:
             evidence = [int(r) for r in q.evidence[:context]]

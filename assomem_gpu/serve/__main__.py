@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llm", default="smollm2",
                    help="LLM of /v1/answer (loaded on the first answer): smollm2 (needs the llm extra), "
                         "hf:<model>[::<gguf>], openai:<url>#<model>")
+    p.add_argument("--max-answers", type=int, default=4, help="answers generating at once (more: 429)")
     p.add_argument("--undated", action="store_true", help="sessions and questions may have no date")
     p.add_argument("--max-loaded", type=int, default=8, help="tenant indexes held in memory")
     p.add_argument("--snapshot-every-s", type=float, default=5.0,
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-wait-ms", type=float, default=2.0,
                    help="how long a search waits for concurrent ones to share its engine call")
     args = p.parse_args(argv)
+    if args.max_answers < 1:
+        p.error("--max-answers must be at least 1")
     if not args.admin_key:
         print("error: an admin key is needed: --admin-key or $ASSOMEM_ADMIN_KEY", file=sys.stderr)
         return 2
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     except (StoreError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    app = create_app(store, args.admin_key, int(args.max_body_mb * 2**20), args.batch_wait_ms / 1000, args.llm)
+    app = create_app(store, args.admin_key, int(args.max_body_mb * 2**20), args.batch_wait_ms / 1000, args.llm,
+                     args.max_answers)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")  # the app closes the store as it stops
     return 0
 

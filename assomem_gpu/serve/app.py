@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import hmac
 import math
+import threading
 import time
 from contextlib import asynccontextmanager
 
@@ -24,6 +25,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
 
 from ..index import Hit
+from ..llm import make_llm
 from ..store import MemoryStore
 from .batching import SearchBatcher
 from .models import (MAX_BODY_BYTES, Added, AddSessions, AnswerOut, Ask, NewTenant, Search, SearchOut, SessionOut,
@@ -37,15 +39,23 @@ def hit_out(hit: Hit) -> dict:
 
 
 def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BODY_BYTES,
-               batch_wait_s: float = 0.002, llm: str = "smollm2") -> FastAPI:
+               batch_wait_s: float = 0.002, llm: str = "smollm2", max_answers: int = 4) -> FastAPI:
     """The service for ``store``; ``admin_key`` guards tenant and key management; concurrent searches of a tenant
     are gathered for ``batch_wait_s`` seconds into one engine call (``batching.SearchBatcher``); ``/v1/answer``
-    answers with ``llm`` (a ``llm.make_llm`` spec, loaded on the first answer). The app owns the
+    answers with ``llm`` (a ``llm.make_llm`` spec, its weights loaded on the first answer), at most ``max_answers``
+    at once (more: 429), so that answers never hold every worker thread. The app owns the
     store: it warms it up (``MemoryStore.warm_up``) before it takes requests and closes it (snapshots written) when
     the server stops."""
     if not admin_key:
         raise ValueError("admin_key: must be a non-empty string")
     batcher = SearchBatcher(store, batch_wait_s)
+    if max_answers < 1:
+        raise ValueError(f"max_answers: at least 1, got {max_answers}")
+    answer_slots = threading.BoundedSemaphore(max_answers)
+    try:
+        answerer, unavailable = make_llm(llm), ""
+    except RuntimeError as exc:  # its package is not installed: every other route still works
+        answerer, unavailable = None, str(exc)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -184,13 +194,19 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
 
     @app.post("/v1/answer", response_model=AnswerOut)
     def answer(body: Ask, name: str = Depends(tenant)) -> AnswerOut:
-        options = body.model_dump(exclude={"question"})
+        if answerer is None:
+            raise HTTPException(503, f"llm: {unavailable}")
+        if not answer_slots.acquire(blocking=False):  # a generation holds a worker thread for seconds
+            raise HTTPException(429, f"answers: {max_answers} in progress, the most at once; retry later",
+                                {"Retry-After": "1"})
         try:
-            found = store.answer(name, body.question, llm, **options)
+            found = store.answer(name, body.question, answerer, **body.model_dump(exclude={"question"}))
         except (ValueError, TypeError) as exc:
             raise bad_input(exc) from exc
-        except RuntimeError as exc:  # the LLM is not installed, or its endpoint failed
+        except RuntimeError as exc:  # the LLM cannot be loaded, or its endpoint failed
             raise HTTPException(503, f"llm: {exc}") from exc
+        finally:
+            answer_slots.release()
         return AnswerOut(answer=found.text, hits=[hit_out(h) for h in found.hits], prompt=found.prompt)
 
     return app

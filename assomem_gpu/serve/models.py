@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..prompts import ANSWER_TOKENS
+
 MAX_BODY_BYTES = 16 * 2**20  # default of --max-body-mb
 MAX_SESSIONS = 500  # per request
 MAX_UTTERANCES = 2_000  # per session
@@ -55,7 +57,7 @@ class Ask(Strict):
     sessions: list[str] | None = Field(None, description="only these session ids")
     since: str | float | None = None
     until: str | float | None = None
-    max_new_tokens: int = Field(64, ge=1, le=MAX_ANSWER_TOKENS)
+    max_new_tokens: int = Field(ANSWER_TOKENS, ge=1, le=MAX_ANSWER_TOKENS)
 
 
 class NewTenant(Strict):

@@ -1,4 +1,5 @@
-"""The paper's prompts (Appendix "Prompts"): answer generation over retrieved memories, and the LLM judge.
+"""The paper's prompts (Appendix "Prompts"): session topics (LLM clues), answer generation over retrieved memories,
+the LLM judge, and the multi-task target of fine-tuning (§3.3).
 
 A memory is one line per retrieved utterance, best first: ``[<date>] <speaker>: <text>`` (date and speaker left out
 when unknown, text cut at ``MAX_UTTERANCE_CHARS``). Where the question's date is known the query line says it, as
@@ -9,6 +10,24 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 from typing import Iterable
+
+TOPIC_PROMPT = """### TASK DESCRIPTION
+
+You are a helpful assistant that helps users to organize their memory records. Next, you'll help me in organzing a user's memory records.
+
+Given a user historical dialogue session, please summarize the session into a concise topic summary without key information lost.
+
+Output the topic summary sentence.
+
+### INPUT
+
+Dialogue session: {session}
+
+### OUTPUT REQUIREMENT
+
+Generate a topic summary for the given session.
+
+Please only output the topic summary and nothing else."""
 
 GENERATION_PROMPT = """### TASK DESCRIPTION
 
