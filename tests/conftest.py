@@ -63,6 +63,57 @@ def llama_server(tmp_path_factory):
         proc.wait(timeout=30)
 
 
+class LLMProxy:
+    """An HTTP proxy in front of the real LLM server that can misbehave: ``fail_next`` requests answered 503, then,
+    by ``mode``, forwarded (``"ok"``), forwarded ``delay_s`` late (``"slow"``) or answered 500 (``"down"``)."""
+
+    def __init__(self, upstream: str):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.upstream, self.mode, self.fail_next, self.delay_s = upstream, "ok", 0, 2.0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if proxy.fail_next > 0 or proxy.mode == "down":
+                    code = 503 if proxy.fail_next > 0 else 500
+                    proxy.fail_next = max(0, proxy.fail_next - 1)
+                    self.send_response(code)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if proxy.mode == "slow":
+                    time.sleep(proxy.delay_s)
+                request = urllib.request.Request(proxy.upstream + self.path.removeprefix("/v1"), data=body,
+                                                 headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request) as resp:
+                    data = resp.read()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+
+
+@pytest.fixture
+def llm_proxy(llama_server):
+    proxy = LLMProxy(llama_server.split(":", 1)[1].split("#")[0])
+    yield proxy
+    proxy.close()
+
+
 def lme_item(qid, question, sessions, dates, qtype="single-session-user", qdate="2023/05/30 (Tue) 20:36", answer="x"):
     """A LongMemEval question; ``sessions`` maps session id -> list of (role, content, has_answer)."""
     return {

@@ -1,9 +1,6 @@
 """LLM clients and clues: the bundled SmolLM2 (real weights, via transformers), and the OpenAI-compatible client against
 a real llama.cpp server process serving the same GGUF on loopback."""
 import json
-import threading
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -65,45 +62,15 @@ def test_openai_compatible_client_against_a_llama_cpp_server(llama_server):
         remote.chat(["word " * 9_000], 8)  # over the server's 8,192-token context: a 400
 
 
-def test_openai_compatible_client_retries_then_gives_up(llama_server):
+def test_openai_compatible_client_retries_then_gives_up(llama_server, llm_proxy):
     """A proxy in front of the real server answers 503 to the first two requests: the client retries (with backoff)
     and gets the real reply; with no retries left it raises, naming the endpoint."""
-    upstream = llama_server.split(":", 1)[1].split("#")[0]
-    failures = {"left": 2}
-
-    class Flaky(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            if failures["left"] > 0:
-                failures["left"] -= 1
-                self.send_response(503)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            request = urllib.request.Request(upstream + self.path.removeprefix("/v1"), data=body,
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request) as resp:
-                data = resp.read()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        prompt = "Name one colour."
-        assert OpenAICompatibleLLM(url, "smollm2", retries=2).chat([prompt], 8) == make_llm(llama_server).chat([prompt], 8)
-        failures["left"] = 1
-        with pytest.raises(RuntimeError, match=f"LLM endpoint {url} .*failed"):
-            OpenAICompatibleLLM(url, "smollm2", retries=0).chat([prompt], 8)
-    finally:
-        server.shutdown()
+    prompt, url = "Name one colour.", llm_proxy.url
+    llm_proxy.fail_next = 2
+    assert OpenAICompatibleLLM(url, "smollm2", retries=2).chat([prompt], 8) == make_llm(llama_server).chat([prompt], 8)
+    llm_proxy.fail_next = 1
+    with pytest.raises(RuntimeError, match=f"LLM endpoint {url} .*failed"):
+        OpenAICompatibleLLM(url, "smollm2", retries=0).chat([prompt], 8)
     with pytest.raises(ValueError, match="concurrency"):
         OpenAICompatibleLLM(url, "smollm2", concurrency=0)
 

@@ -126,42 +126,15 @@ def test_answers_come_from_the_tenants_own_memory(server, llama_server):
     assert httpx.post(f"{url}/v1/answer", json={"question": "What is my cat called?"}).status_code == 401
 
 
-def test_answers_are_bounded_and_a_failing_llm_is_a_503(tmp_path, llama_server):
+def test_answers_are_bounded_and_a_failing_llm_is_a_503(tmp_path, llm_proxy):
     """In front of the real LLM server, a proxy that is slow (each reply 2 s late) or down (500s): with one answer at
     a time allowed, a second concurrent one is refused (429) while every other route answers; with the LLM down, an
     answer is a 503 once the client's retries are spent, and the server stays up."""
     import threading
-    import urllib.request
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    upstream, mode = llama_server.split(":", 1)[1].split("#")[0], {"now": "slow"}
-
-    class Proxy(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            if mode["now"] == "down":
-                self.send_response(500)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            time.sleep(2)
-            request = urllib.request.Request(upstream + self.path.removeprefix("/v1"), data=body,
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request) as resp:
-                data = resp.read()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    llm_proxy.mode = "slow"
     port = free_port()
-    proc = start(tmp_path, port, f"openai:http://127.0.0.1:{proxy.server_address[1]}/v1#smollm2", "--max-answers", "1")
+    proc = start(tmp_path, port, f"openai:{llm_proxy.url}#smollm2", "--max-answers", "1")
     try:
         url = f"http://127.0.0.1:{port}"
         key = MemoryClient(url, ADMIN).create_tenant("bounded")
@@ -178,14 +151,13 @@ def test_answers_are_bounded_and_a_failing_llm_is_a_503(tmp_path, llama_server):
         assert httpx.get(f"{url}/healthz").status_code == 200
         first.join()
         assert codes == [200]
-        mode["now"] = "down"
+        llm_proxy.mode = "down"
         down = httpx.post(f"{url}/v1/answer", **ask)
         assert down.status_code == 503 and down.json()["detail"].startswith("llm: LLM endpoint")
         assert httpx.get(f"{url}/readyz").status_code == 200
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-        proxy.shutdown()
 
 
 def test_sessions_round_trip_and_deletes(server):
