@@ -155,9 +155,14 @@ def test_answer_cli_over_a_ranking_export_with_a_real_server(tmp_path, answered_
         assert 0 <= row["all"]["F1"] <= 1 and row["all"]["Acc"] + row["all"]["judge_errors"] <= 1
     assert {"single-session-user", "multi-session"} <= set(rep["by_k"]["2"])
     assert (tmp_path / "plots" / "answers_at_k.png").stat().st_size > 10_000
+    ds = load_dataset(dataset)
+    distinct = {p for k in range(1, 11) for p, _ in question_prompts(ds, read_rankings(ranked, ds), k)}
+    assert rep["timing"]["answers"] == 30 and rep["timing"]["generated"] == len(distinct)  # a fresh cache: each
+    # distinct prompt asked once (a memory of 2 utterances has one prompt for every k from 2 on)
     first = out.read_text()
+    assert answer_main(args) == 0 and json.loads(report.read_text())["timing"]["generated"] == 0  # all cached
     assert answer_main([*args, "--no-cache"]) == 0 and out.read_text() == first  # greedy: asked again, the same
-    assert "s per prompt" in capsys.readouterr().out
+    assert capsys.readouterr().out.count("answers generated: 3 of 3") == 1
 
 
 def test_answer_cli_retrieves_itself_and_rejects_bad_input(tmp_path, answered_lme, llama_server, capsys):
