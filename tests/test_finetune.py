@@ -66,11 +66,12 @@ def test_finetune_runs_on_the_cpu_and_its_merged_model_answers(tmp_path, answere
     dataset, ranked, out = f"longmemeval:{answered_lme}", tmp_path / "ranked.jsonl", tmp_path / "tuned"
     assert eval_main(["--dataset", dataset, "--method", "bm25", "--rankings", str(ranked), "--quiet"]) == 0
     assert finetune_main(["--dataset", dataset, "--from-rankings", str(ranked), "--output", str(out),
-                          "--heldout", "0.55", "--max-steps", "2", "--batch-size", "2", "--max-length", "256",
+                          "--heldout", "0.55", "--max-steps", "2", "--batch-size", "2", "--max-length", "512",
                           "--context", "2", "--quiet"]) == 0
     split = json.loads((out / "split.json").read_text())
     assert sorted(split["train"] + split["heldout"]) == ["q1", "q2", "q3_abs"] and split["heldout"]
     log = json.loads((out / "train.json").read_text())
+    assert log["samples_kept"] == log["samples"] == 3  # q1: mixed and negative-only; q3_abs: negative-only
     losses = [row["loss"] for row in log["log"] if "loss" in row]
     assert len(losses) == 2 and all(math.isfinite(x) and x > 0 for x in losses)
     assert (out / "adapter" / "adapter_config.json").exists() and (out / "merged" / "config.json").exists()

@@ -35,7 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=4, help="samples per step")
     p.add_argument("--learning-rate", type=float, default=2e-4)
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha is twice it)")
-    p.add_argument("--max-length", type=int, default=1024, help="tokens of a sample kept (longer ones are cut)")
+    p.add_argument("--max-length", type=int, default=2560,
+                   help="tokens of a sample kept: six utterances cut at 1,500 characters and the instruction fit; a "
+                        "longer sample loses its target and is dropped (train.json counts those kept)")
     p.add_argument("--limit", type=int, help="a seeded random sample of this many questions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -68,9 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "split.json").write_text(json.dumps({"train": [ds.questions[i].id for i in train],
                                                 "heldout": [ds.questions[i].id for i in held]}, indent=1) + "\n")
-    log = train_lora(llm, samples, out, args)
+    log, kept = train_lora(llm, samples, out, args)
+    if kept < len(samples):
+        print(f"warning: {len(samples) - kept} of {len(samples)} samples were over --max-length {args.max_length} "
+              "tokens and were dropped", file=sys.stderr)
     (out / "train.json").write_text(json.dumps({
-        "model": llm.name, "dataset": args.dataset, "samples": len(samples), "train_questions": len(train),
+        "model": llm.name, "dataset": args.dataset, "samples": len(samples), "samples_kept": kept,
+        "train_questions": len(train),
         "heldout_questions": len(held), "settings": {k: getattr(args, k) for k in (
             "context", "max_steps", "batch_size", "learning_rate", "lora_r", "max_length", "seed", "heldout")},
         "log": log, "total_s": round(time.perf_counter() - t0, 1)}, indent=1) + "\n")
@@ -78,9 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def train_lora(llm: TransformersLLM, samples: list[dict], out: Path, args: argparse.Namespace) -> list[dict]:
+def train_lora(llm: TransformersLLM, samples: list[dict], out: Path, args: argparse.Namespace
+               ) -> tuple[list[dict], int]:
     """LoRA on every linear projection of ``llm``'s model, trained on the samples' completions; saves ``adapter/``
-    and ``merged/`` under ``out`` and returns the trainer's log (loss per logging step)."""
+    and ``merged/`` under ``out``; returns the trainer's log (loss per logging step) and the samples it kept (trl
+    drops those whose completion the ``max_length`` cut removed)."""
     import torch
     from datasets import Dataset as HFDataset
     from peft import LoraConfig
@@ -109,7 +117,8 @@ def train_lora(llm: TransformersLLM, samples: list[dict], out: Path, args: argpa
     merged.save_pretrained(out / "merged")
     tokenizer.padding_side = "left"
     tokenizer.save_pretrained(out / "merged")
-    return [row for row in trainer.state.log_history if "loss" in row or "train_loss" in row]
+    log = [row for row in trainer.state.log_history if "loss" in row or "train_loss" in row]
+    return log, len(trainer.train_dataset)
 
 
 if __name__ == "__main__":
