@@ -38,11 +38,11 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .config import AssoMemConfig
-from .prompts import ANSWER_TOKENS, day, final_answer, generation_prompt
 from .encode import DEFAULT_MODEL, Encoder, TransformersEncoder
 from .fusion import FusionModel, Ranking, default_fusion, fit_fusion, rank
 from .llm import LLM, make_llm
 from .locking import ReadWriteLock
+from .prompts import ANSWER_TOKENS, day, final_answer, generation_prompt
 from .scoring import Queries, Scored, score
 from .snapshot import SnapshotError, read as read_snapshot, write as write_snapshot
 from .state import Derived, MemoryState, Turn

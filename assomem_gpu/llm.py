@@ -2,10 +2,9 @@
 
 ``make_llm`` takes ``"smollm2"`` (the bundled SmolLM2-135M-Instruct GGUF, run by transformers), any transformers
 model id or local folder (``"hf:<id or path>"``, with ``"::<file.gguf>"`` for a GGUF file inside it) or GGUF file
-(``"hf:<path>.gguf"``), or an
-OpenAI-compatible endpoint (``"openai:<base url>#<model>"``, key from ``$OPENAI_API_KEY`` when set). Every client
-decodes greedily (temperature 0), so a reply is a function of (model, prompt, token limit) and ``ResponseCache`` may
-keep it.
+(``"hf:<path>.gguf"``), or an OpenAI-compatible endpoint (``"openai:<base url>#<model>"``, key from
+``$OPENAI_API_KEY`` when set). Every client decodes greedily (temperature 0), so a reply is a function of (model,
+prompt, token limit) and ``ResponseCache`` may keep it.
 """
 from __future__ import annotations
 

@@ -20,9 +20,9 @@ from ..data import load_dataset
 from ..eval.metrics import utterance_metrics
 from ..llm import LLM, ResponseCache, cached_chat, make_llm
 from ..memory import Dataset
+from ..prompts import ANSWER_TOKENS, final_answer
 from .context import question_prompts
 from .judging import judge, score_answers
-from ..prompts import ANSWER_TOKENS, final_answer
 
 CURVE_KS = tuple(range(1, 11))
 
@@ -46,7 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="answers as JSON Lines: question_id, answer, used (ids), k, reference, scores")
     p.add_argument("--report", help="write scores per k and question type, and timings, as JSON here")
     p.add_argument("--plot", help="write Acc@k / F1@k / R@k curves here (PNG; needs --curve)")
-    p.add_argument("--no-cache", action="store_true", help="ask the LLM every prompt: replies are neither read from nor written to the cache")
+    p.add_argument("--no-cache", action="store_true",
+                   help="ask the LLM every prompt: replies are neither read from nor written to the cache")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_rankings_options(p, "whose top k the LLM is shown")
     args = p.parse_args(argv)
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cache = None if args.no_cache else ResponseCache()
-    retrieve_s = time.perf_counter() - t0
+    prepare_s = time.perf_counter() - t0  # the dataset loaded, the rankings read or retrieved
     try:
         by_k, answered, generate_s, judge_s, generated = answer_at(ds, rankings, ks, llm, judge_llm, cache, args)
     except (ValueError, RuntimeError) as exc:  # the endpoint is down, a prompt is over the context, ...
@@ -89,13 +90,13 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(json.dumps({"question_id": q.id, "answer": answer, "used": used, "k": args.k,
                                  "reference": q.answer, "scores": m}) + "\n")
     report = {"dataset": args.dataset, "n_questions": len(ds.questions), "questions": args.questions,
-              "method": args.method,
-              "rankings": args.from_rankings, "llm": llm.name, "judge": judge_llm.name if judge_llm else None,
+              "method": args.method, "rankings": args.from_rankings, "llm": llm.name,
+              "judge": judge_llm.name if judge_llm else None,
               "max_new_tokens": args.max_new_tokens, "k": args.k, "ks": ks,
               "by_k": {str(k): v for k, v in by_k.items()},
-              "timing": {"retrieve_s": round(retrieve_s, 3), "generate_s": round(generate_s, 3),
-                         "judge_s": round(judge_s, 3), "answers": len(ds.questions) * len(ks),
-                         "generated": generated, "s_per_generated": round(generate_s / generated, 4) if generated else None,
+              "timing": {"prepare_s": round(prepare_s, 3), "generate_s": round(generate_s, 3),
+                         "judge_s": round(judge_s, 3), "answers": len(ds.questions) * len(ks), "generated": generated,
+                         "s_per_generated": round(generate_s / generated, 4) if generated else None,
                          "note": "answers read from the cache cost ~0 s; generate_s is the time of the others"}}
     print_summary(report)
     if args.report:

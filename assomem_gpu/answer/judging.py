@@ -42,8 +42,9 @@ def judge(ds: Dataset, answers: Sequence[str], llm: LLM, cache: ResponseCache | 
 
 def score_answers(ds: Dataset, answers: Sequence[str], verdicts: Sequence[bool | None] | None = None
                   ) -> AnswerScores:
-    """EM and F1 of each answer (``scores.answer_scores``, LoCoMo's normalisation on LoCoMo) and, with ``verdicts``, Acc (1 for Win, 0 for Lose; a judge
-    error counts as a loss in Acc and is reported apart as ``judge_errors``; an abstention question's Acc is its EM)."""
+    """EM and F1 of each answer (``scores.answer_scores``; LoCoMo's normalisation on LoCoMo) and, with ``verdicts``,
+    Acc: 1 for Win, 0 for Lose; a judge error counts as a loss in Acc and is reported apart as ``judge_errors``; an
+    abstention question's Acc is its EM."""
     style = "locomo" if ds.name == "locomo" else "squad"
     per_question, typed = [], []
     for i, (q, answer) in enumerate(zip(ds.questions, answers)):

@@ -3,10 +3,11 @@
 
 Rankings come from a ranking export (``--from-rankings``, as ``python -m assomem_gpu.eval --rankings`` writes) or from
 retrieval with ``--method``. The questions are split by evidence (``finetune.samples.split_questions``): only the
-train side is trained on, and no training context shows a held-out question's evidence. Written to ``--output``: ``adapter/`` (the LoRA weights), ``merged/`` (the model with them merged:
-answer with ``--llm hf:<output>/merged``), ``split.json`` (question ids of each side: ``python -m assomem_gpu.answer
---questions <output>/split.json`` answers the held-out side) and ``train.json`` (the loss log and the settings). Runs
-on the GPU when there is one, else on the CPU, unchanged.
+train side is trained on, and no training context shows a held-out question's evidence. Written to ``--output``:
+``adapter/`` (the LoRA weights), ``merged/`` (the model with them merged: answer with ``--llm hf:<output>/merged``),
+``split.json`` (question ids of each side: ``python -m assomem_gpu.answer --questions <output>/split.json`` answers
+the held-out side) and ``train.json`` (the loss log, the samples kept, the settings). Runs on the GPU when there is
+one, else on the CPU, unchanged.
 """
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ Every route but the health checks, the metrics and the docs takes ``Authorizatio
 for its sessions and searches (the key names the tenant, so no route can reach another tenant's rows: another
 tenant's ids are simply not found, 404), the admin key for tenants and keys. Missing key: 401; a key of the wrong
 kind or unknown: 403. Bad input: 422 naming the field; a body over the limit: 413; an answer when the LLM cannot be
-loaded or reached: 503. A 2xx on a write means the write
-is on disk, whole. Routes are plain functions, so encoding and searching run in FastAPI's worker threads, off the
-event loop.
+loaded or reached: 503, and past ``max_answers`` at once: 429. A 2xx on a write means the write is on disk, whole.
+Routes are plain functions, so encoding, searching and generating run in FastAPI's worker threads, off the event
+loop.
 """
 from __future__ import annotations
 
@@ -43,9 +43,8 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
     """The service for ``store``; ``admin_key`` guards tenant and key management; concurrent searches of a tenant
     are gathered for ``batch_wait_s`` seconds into one engine call (``batching.SearchBatcher``); ``/v1/answer``
     answers with ``llm`` (a ``llm.make_llm`` spec, its weights loaded on the first answer), at most ``max_answers``
-    at once (more: 429), so that answers never hold every worker thread. The app owns the
-    store: it warms it up (``MemoryStore.warm_up``) before it takes requests and closes it (snapshots written) when
-    the server stops."""
+    at once (more: 429), so that answers never hold every worker thread. The app owns the store: it warms it up
+    (``MemoryStore.warm_up``) before it takes requests and closes it (snapshots written) when the server stops."""
     if not admin_key:
         raise ValueError("admin_key: must be a non-empty string")
     batcher = SearchBatcher(store, batch_wait_s)
