@@ -20,7 +20,8 @@ trap 'kill $SERVER' EXIT
 until curl -sf localhost:8765/v1/models > /dev/null; do sleep 0.5; done
 LLAMA="openai:http://127.0.0.1:8765/v1#smollm2"
 answer() { python -m assomem_gpu.answer --dataset "$2" --from-rankings "$TMP/$1_rankings.jsonl" --quiet "${@:3}"; }
-SETS=("meetingqa $MQA 0.2 30" "longmemeval_s $LME 0.1 20")  # name, dataset, held-out share, curve sample
+# name, dataset, held-out share, curve sample, training steps (LongMemEval's samples are 3x longer)
+SETS=("meetingqa $MQA 0.2 30 30" "longmemeval_s $LME 0.1 20 15")
 for pair in "${SETS[@]}"; do  # every question at k = 6
   set -- $pair
   python -m assomem_gpu.eval --dataset "$2" --method assomem --rankings "$TMP/$1_rankings.jsonl" --quiet
@@ -29,7 +30,7 @@ done
 for pair in "${SETS[@]}"; do  # a short LoRA run, then its held-out questions, plain and tuned
   set -- $pair
   python -m assomem_gpu.finetune --dataset "$2" --from-rankings "$TMP/$1_rankings.jsonl" --output "$TMP/$1_tuned" \
-      --heldout "$3" --max-steps 30 --quiet
+      --heldout "$3" --max-steps "$5" --quiet
   cp "$TMP/$1_tuned/train.json" "$OUT/finetune_$1_train.json"
   for model in smollm2 "hf:$TMP/$1_tuned/merged"; do
     name=$([ "$model" = smollm2 ] && echo plain || echo tuned)

@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="share of the questions (grouped by shared evidence) kept out of training")
     p.add_argument("--context", type=int, default=6, help="utterances in a sample's memory context")
     p.add_argument("--max-steps", type=int, default=60, help="optimiser steps")
-    p.add_argument("--batch-size", type=int, default=4, help="samples per step")
+    p.add_argument("--batch-size", type=int, default=4, help="samples per optimiser step (their gradients accumulated)")
     p.add_argument("--learning-rate", type=float, default=2e-4)
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha is twice it)")
     p.add_argument("--max-length", type=int, default=2560,
@@ -101,11 +101,13 @@ def train_lora(llm: TransformersLLM, samples: list[dict], out: Path, args: argpa
         model.hf_quantizer, model.is_quantized = None, False  # the trainer would refuse to train
         del model.config.quantization_config
     tokenizer.padding_side = "right"  # training pads on the right; generation (TransformersLLM) on the left
-    config = SFTConfig(output_dir=str(out / "checkpoints"), max_steps=args.max_steps,
-                       per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
-                       max_length=args.max_length, logging_steps=max(1, args.max_steps // 20), save_strategy="no",
-                       report_to="none", seed=args.seed, activation_checkpointing=False,
-                       use_cpu=not torch.cuda.is_available(), disable_tqdm=args.quiet)
+    # one sample at a time, its gradients accumulated over the batch, its activations recomputed in the backward
+    # pass: four 2,560-token samples at once, activations kept, took over 24 GB and were killed
+    config = SFTConfig(output_dir=str(out / "checkpoints"), max_steps=args.max_steps, per_device_train_batch_size=1,
+                       gradient_accumulation_steps=args.batch_size, activation_checkpointing=True,
+                       learning_rate=args.learning_rate, max_length=args.max_length,
+                       logging_steps=max(1, args.max_steps // 20), save_strategy="no", report_to="none",
+                       seed=args.seed, use_cpu=not torch.cuda.is_available(), disable_tqdm=args.quiet)
     lora = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.05, target_modules="all-linear",
                       task_type="CAUSAL_LM")
     data = HFDataset.from_list([{"prompt": s["prompt"], "completion": s["completion"]} for s in samples])
