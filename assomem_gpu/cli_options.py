@@ -1,5 +1,5 @@
 """Command-line options shared by ``eval``, ``calibrate``, ``answer`` and ``finetune``: the AssoMem retriever's, where
-the work runs, the methods they configure, and where a consumer of rankings gets them."""
+the work runs, and the methods they configure."""
 from __future__ import annotations
 
 import argparse
@@ -8,17 +8,13 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from .assomem import HYBRID_BASELINES, make_assomem
-from .backend import Backend, get_backend
+from .backend import Backend
 from .config import CLUE_MODES, SIGNALS, AssoMemConfig
-from .encode import DEFAULT_MODEL, Encoder, make_encoder
-from .eval.runner import evaluate, read_rankings
+from .encode import Encoder
 from .fusion import fixed_weights, load_weights, restrict
 from .graph import CLUE_MERGES, GraphConfig
-from .memory import Dataset
-from .retrieve import METHODS, EmbeddedDataset, Method, make_method
+from .retrieve import METHODS, Method, make_method
 
 
 ALL_METHODS = [*METHODS, *HYBRID_BASELINES, "assomem"]
@@ -125,26 +121,3 @@ def check_writable(path: Path) -> None:
         raise ValueError(f"{path}: cannot create its folder ({exc.strerror})") from None
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ValueError(f"{path}: not writable")
-
-
-def add_rankings_options(p: argparse.ArgumentParser, purpose: str) -> None:
-    """Where a CLI that consumes rankings (``answer``, ``finetune``) gets them: a ranking export, or retrieval with
-    ``--method`` and the retriever's options (its clue LLM's option is ``--clue-llm``)."""
-    p.add_argument("--method", default="assomem", choices=ALL_METHODS, help=f"the retriever {purpose}")
-    p.add_argument("--from-rankings", help="a ranking export (python -m assomem_gpu.eval --rankings) to use instead "
-                                           "of retrieving")
-    p.add_argument("--encoder", default=DEFAULT_MODEL, help="sentence-embedding model id or local path of the retrieval")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the retrieval engine runs")
-    add_assomem_options(p, clue_llm_option="--clue-llm")
-
-
-def rankings_from_options(args: argparse.Namespace, ds: Dataset, ks: list[int], progress: bool) -> list[np.ndarray]:
-    """Per question of ``ds``: its ranking (bank rows, best first), read from ``--from-rankings`` or retrieved."""
-    if args.from_rankings:
-        return read_rankings(args.from_rankings, ds)
-    encoder = make_encoder(args.encoder)
-    encoder.progress = progress
-    (method,) = build_methods(argparse.Namespace(**{**vars(args), "methods": [args.method]}), encoder,
-                              get_backend(args.device))
-    return evaluate(EmbeddedDataset.build(ds, encoder), method, ks, progress=progress, folds=args.folds,
-                    seed=args.seed).rankings

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cli_options import add_rankings_options, check_writable, rankings_from_options
+from ..cli_options import check_writable
 from ..data import load_dataset
 from ..eval.metrics import utterance_metrics
 from ..llm import LLM, ResponseCache, cached_chat, make_llm
 from ..memory import Dataset
 from ..prompts import ANSWER_TOKENS, final_answer
+from ..ranking_source import add_rankings_options, rankings_from_options
 from .context import question_prompts
 from .judging import judge, score_answers
 

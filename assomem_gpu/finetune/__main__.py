@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli_options import add_rankings_options, check_writable, rankings_from_options
+from ..cli_options import check_writable
 from ..data import load_dataset
 from ..llm import TransformersLLM, make_llm
+from ..ranking_source import add_rankings_options, rankings_from_options
 from .samples import denoising_samples, split_questions
 
 
