@@ -17,12 +17,12 @@ import numpy as np
 
 from ..cli_options import check_writable
 from ..data import load_dataset
-from ..eval.metrics import utterance_metrics
+from ..eval.plots import recall_curve
 from ..llm import LLM, ResponseCache, cached_chat, make_llm
 from ..memory import Dataset
 from ..prompts import ANSWER_TOKENS, final_answer
 from ..ranking_source import add_rankings_options, rankings_from_options
-from .context import question_prompts
+from .context import PromptMaker
 from .judging import judge, score_answers
 
 CURVE_KS = tuple(range(1, 11))
@@ -117,8 +117,10 @@ def answer_at(ds: Dataset, rankings: list[np.ndarray], ks: list[int], llm: LLM, 
     """Every question answered (and judged) at each k: the scores per k, (prompts, answers, scores) per k, and the
     seconds spent generating and judging, and the answers generated (not read from the cache)."""
     by_k, answered, generate_s, judge_s, generated = {}, {}, 0.0, 0.0, []
-    for k in ks:
-        prompts = question_prompts(ds, rankings, k)
+    make = PromptMaker(ds)
+    recall = recall_curve(ds, rankings, ks) if any(len(q.evidence) for q in ds.questions) else [None] * len(ks)
+    for k, r_at_k in zip(ks, recall):
+        prompts = make.top_k(rankings, k)
         t1 = time.perf_counter()
         replies = cached_chat(llm, [p for p, _ in prompts], args.max_new_tokens, cache, progress=not args.quiet,
                               desc=f"answers k={k}", asked=generated)
@@ -127,15 +129,9 @@ def answer_at(ds: Dataset, rankings: list[np.ndarray], ks: list[int], llm: LLM, 
         verdicts = judge(ds, answers, judge_llm, cache, progress=not args.quiet) if judge_llm else None
         generate_s, judge_s = generate_s + t2 - t1, judge_s + time.perf_counter() - t2
         scored = score_answers(ds, answers, verdicts)
-        by_k[k] = {"recall": mean_recall(ds, rankings, k), **scored.summary}
+        by_k[k] = {"recall": None if r_at_k is None else float(r_at_k), **scored.summary}
         answered[k] = (prompts, answers, scored)
     return by_k, answered, generate_s, judge_s, sum(generated)
-
-
-def mean_recall(ds: Dataset, rankings: list[np.ndarray], k: int) -> float | None:
-    """Mean R@k of the rankings over the questions with evidence (None if none has)."""
-    rows = [utterance_metrics(r, q.evidence, [k])[f"R@{k}"] for q, r in zip(ds.questions, rankings) if len(q.evidence)]
-    return float(np.mean(rows)) if rows else None
 
 
 def heldout_only(ds: Dataset, split: str) -> Dataset:

@@ -24,10 +24,13 @@ class PromptMaker:
         shown = [(day(when.get(int(self._utt_session[r]))), bank.utt_speakers[r], bank.utt_texts[r]) for r in rows]
         return generation_prompt(q.text, shown, day(q.date))
 
+    def top_k(self, rankings: Sequence[np.ndarray], k: int) -> list[tuple[str, list[str]]]:
+        """Per question (dataset order): the prompt over its ranking's first ``k`` utterances (bank rows), and their
+        ids."""
+        tops = [[int(r) for r in ranked[:k]] for ranked in rankings]
+        return [(self(i, top), [self.ds.bank.utt_ids[r] for r in top]) for i, top in enumerate(tops)]
+
 
 def question_prompts(ds: Dataset, rankings: Sequence[np.ndarray], k: int) -> list[tuple[str, list[str]]]:
-    """Per question (dataset order): the generation prompt over its ranking's first ``k`` utterances (bank rows),
-    and their ids."""
-    make = PromptMaker(ds)
-    tops = [[int(r) for r in ranked[:k]] for ranked in rankings]
-    return [(make(i, top), [ds.bank.utt_ids[r] for r in top]) for i, top in enumerate(tops)]
+    """``PromptMaker(ds).top_k(rankings, k)``."""
+    return PromptMaker(ds).top_k(rankings, k)

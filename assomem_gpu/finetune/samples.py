@@ -72,12 +72,11 @@ def denoising_samples(ds: Dataset, rankings: Sequence[np.ndarray], questions: Se
         if q.answer is None or not (len(q.evidence) or q.abstention):
             continue
         qtype = q.type or "unknown"
-        evidence = set(q.evidence.tolist())
+        evidence = [int(r) for r in q.evidence]
         negatives = [int(r) for r in rankings[i] if r not in evidence and r not in hidden][:context]
         contexts = [("negative-only", negatives, IDK)]
         if not q.abstention:
-            evidence = [int(r) for r in q.evidence[:context]]
-            mixed = evidence + negatives[: context - len(evidence)]
+            mixed = evidence[:context] + negatives[: context - len(evidence[:context])]
             contexts.insert(0, ("mixed", [mixed[j] for j in rng.permutation(len(mixed))], q.answer))
         for kind, rows, answer in contexts:
             samples.append({"prompt": [{"role": "user", "content": make(i, rows)}],
