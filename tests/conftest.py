@@ -22,6 +22,19 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def onnx_exports(tmp_path_factory):
+    """One folder of exported encoders for the whole run: the bundled MiniLM is exported (seconds) once, not per test."""
+    folder = tmp_path_factory.mktemp("onnx")
+    before = os.environ.get("ASSOMEM_ONNX_DIR")
+    os.environ["ASSOMEM_ONNX_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("ASSOMEM_ONNX_DIR")
+    else:
+        os.environ["ASSOMEM_ONNX_DIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     """Each test gets its own embedding cache folder, so no test reads vectors another one wrote."""
@@ -32,7 +45,9 @@ def isolated_cache(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory):
     """``openai:<url>#smollm2``: llama-cpp-python's server process serving the bundled GGUF on a free loopback port
-    (greedy replies; one request at a time, as the server decodes them)."""
+    (greedy replies; one request at a time, as the server decodes them). Prompts are read one token at a time
+    (``--n_batch 1``): the server reuses the cached prefix a prompt shares with the previous one and reads only the
+    rest, and read in batches of another split the 135M model's greedy reply could change with the previous prompt."""
     pytest.importorskip("llama_cpp.server")
     from assomem_gpu.llm import bundled_smollm2
 
@@ -43,7 +58,7 @@ def llama_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("llama") / "server.log"
     with open(log, "w") as fh:  # a file, not a pipe: the server logs every request and would fill a pipe and stall
         proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(folder / name), "--host",
-                                 "127.0.0.1", "--port", str(port), "--n_ctx", "8192", "--seed", "0"],
+                                 "127.0.0.1", "--port", str(port), "--n_ctx", "8192", "--seed", "0", "--n_batch", "1"],
                                 stdout=fh, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     try:
