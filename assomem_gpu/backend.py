@@ -161,7 +161,8 @@ def numba_cuda_reason() -> str | None:
 
         if not cuda.is_available():
             return "numba cannot use the CUDA device"
-        from .kernels.fused_topk import fused_topk_cpu, fused_topk_cuda
+        from .kernels.fused_topk import fused_topk_cpu
+        from .kernels.fused_topk_cuda import fused_topk_cuda
 
         args = (np.array([[[0.5], [2.0], [1.0]]], np.float32), np.array([3]), np.ones((1, 1), np.float32), 1.0, 2)
         got, want = fused_topk_cuda(*args), fused_topk_cpu(*args)
@@ -230,7 +231,8 @@ def cuda_backend() -> Backend:
     import cupyx.scipy.sparse
 
     from .kernels import cuda_lib
-    from .kernels.fused_topk import fused_topk_cpu, fused_topk_cuda
+    from .kernels.fused_topk import fused_topk_cpu
+    from .kernels.fused_topk_cuda import fused_topk_cuda
     from .signals.importance import library_step, personalized_pagerank
 
     lib = cuda_lib.load()

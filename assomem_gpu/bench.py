@@ -30,7 +30,7 @@ from .assomem import AssoMem
 from .backend import Backend, get_backend
 from .clues import keyword_clue
 from .config import AssoMemConfig
-from .encode import DEFAULT_MODEL, TransformersEncoder
+from .encode import DEFAULT_MODEL, text_encoder
 from .fusion import FusionModel
 from .graph import build_graph
 from .index import MemoryIndex, Session, Utterance
@@ -148,12 +148,12 @@ def ppr_against_floor(backend: Backend, graph, config: AssoMemConfig, b: int = 1
 
 
 def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_single: int, n_reference: int,
-                encoder: TimedEncoder, text_encoder) -> dict:
-    """``encoder`` embeds the memory's clue texts and added sessions (timed apart); ``text_encoder`` (the bundled
+                encoder: TimedEncoder, question_encoder) -> dict:
+    """``encoder`` embeds the memory's clue texts and added sessions (timed apart); ``question_encoder`` (the bundled
     MiniLM) embeds free-text questions and, for the figure of an add's encoding, the added sessions."""
     keyword_clue(["warm up"])  # the word frequencies load once
-    if text_encoder is not None:
-        text_encoder.encode(["warm up"])  # and the encoder's weights
+    if question_encoder is not None:
+        question_encoder.encode(["warm up"])  # and the encoder's weights
     rng = np.random.default_rng(1)
     config = AssoMemConfig()
     signals = config.signals
@@ -189,11 +189,11 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
         stages[str(b)] = {k: round(1000 * v / b, 4) for k, v in stage_s.items()}
     p50 = float(np.percentile(single, 50))
 
-    def free(i):  # what index.search does with an index whose encoder is text_encoder
-        return index.search_embeddings(text_encoder.encode([texts[i]]), [texts[i]], question_date=when[[i]])
+    def free(i):  # what index.search does with an index whose encoder is question_encoder
+        return index.search_embeddings(question_encoder.encode([texts[i]]), [texts[i]], question_date=when[[i]])
 
     # last of the searches: torch's threads left spinning after an encode slow down the next kernels
-    free_text = [1000 * _timed(lambda: free(i)) for i in range(min(n_single, n_q))] if text_encoder else []
+    free_text = [1000 * _timed(lambda: free(i)) for i in range(min(n_single, n_q))] if question_encoder else []
 
     reference = {"reference_build_s": None, "reference_single_ms": None, "speedup_vs_reference": None,
                  "throughput_speedup_vs_reference": None, "build_speedup_vs_reference": None,
@@ -224,10 +224,10 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
         encoder.seconds = 0.0
         add_ms.append(1000 * (_timed(lambda: index.add_sessions([added[-1]])) - encoder.seconds))
         remove_ms.append(1000 * _timed(lambda: index.remove_sessions([ds.bank.session_ids[3 * i + 1]])))
-    for session in added if text_encoder else ():  # what the bundled MiniLM takes to embed a session and its clue
+    for session in added if question_encoder else ():  # what the bundled MiniLM takes to embed a session and its clue
         texts_of = [f"user: {u.text}" for u in session.utterances]
-        add_encode_ms.append(1000 * _timed(lambda: text_encoder.encode(texts_of)))
-        add_encode_ms[-1] += 1000 * _timed(lambda: text_encoder.encode([f"topic: {keyword_clue(texts_of)}"]))
+        add_encode_ms.append(1000 * _timed(lambda: question_encoder.encode(texts_of)))
+        add_encode_ms[-1] += 1000 * _timed(lambda: question_encoder.encode([f"topic: {keyword_clue(texts_of)}"]))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "index.npz"
         save_s = _timed(lambda: index.save(path))
@@ -308,9 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, choice in backend.components.items():
         print(f"  {name}: {choice.impl} ({choice.reason})")
     try:
-        text_encoder = TransformersEncoder(DEFAULT_MODEL)
+        question_encoder = text_encoder(DEFAULT_MODEL)
     except RuntimeError as exc:  # the bundled encoder's package is not installed (a GPU host without it)
-        text_encoder = None
+        question_encoder = None
         print(f"free-text search and encoding not timed: {exc}")
     if args.dataset:
         from .data import load_dataset
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     scales = []
     for data, encoder in datasets:
         result = bench_scale(data, backend, args.batches, args.single, args.reference, TimedEncoder(encoder),
-                             text_encoder)
+                             question_encoder)
         scales.append({"dataset": data.dataset.name, **result})
         print(json.dumps(scales[-1]))
     slopes = growth(scales)

@@ -38,7 +38,7 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .config import AssoMemConfig
-from .encode import DEFAULT_MODEL, Encoder, TransformersEncoder
+from .encode import DEFAULT_MODEL, Encoder, text_encoder
 from .fusion import FusionModel, Ranking, default_fusion, fit_fusion, rank
 from .llm import LLM, make_llm
 from .locking import ReadWriteLock
@@ -121,7 +121,7 @@ class MemoryIndex:
         if not isinstance(self.config, AssoMemConfig):
             raise TypeError(f"config must be an AssoMemConfig, got {type(self.config).__name__}")
         self.encoder_model = encoder if isinstance(encoder, str) else None
-        self.encoder: Encoder | None = TransformersEncoder(encoder) if isinstance(encoder, str) else encoder
+        self.encoder: Encoder | None = text_encoder(encoder) if isinstance(encoder, str) else encoder
         if self.encoder is None and self.config.clue_mode != "centroid":
             raise ValueError(f"config.clue_mode {self.config.clue_mode!r} embeds clue texts and needs an encoder; "
                              "pass one or use clue_mode='centroid'")

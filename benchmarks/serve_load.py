@@ -1,7 +1,7 @@
 """Load benchmark of the memory service: a real server process (the bundled MiniLM encoder) on loopback.
 
     python benchmarks/serve_load.py [--sessions 2500] [--seconds 20] [--clients 1 8 32] [--device cpu]
-                                    [--clue-merge components] [--output FILE]
+                                    [--clue-merge leaders] [--encoder-runtime auto] [--output FILE]
 
 One tenant of ``--sessions`` synthetic sessions (10 utterances each, topic vocabularies) is ingested over HTTP in
 batches of 50 (sessions/s, the server's encoding included, and without it: the same sessions again with the
@@ -38,10 +38,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(data: Path, port: int, encoder: str, device: str = "cpu",
-          clue_merge: str = "components") -> subprocess.Popen:
+def start(data: Path, port: int, encoder: str, device: str = "cpu", clue_merge: str = "leaders",
+          runtime: str = "auto") -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "assomem_gpu.serve", "--data", str(data), "--port", str(port),
-                             "--encoder", encoder, "--device", device, "--clue-merge", clue_merge],
+                             "--encoder", encoder, "--device", device, "--clue-merge", clue_merge,
+                             "--encoder-runtime", runtime],
                             env={**os.environ, "ASSOMEM_ADMIN_KEY": ADMIN})
     while True:
         try:
@@ -124,19 +125,21 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=20.0, help="per client count")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"], help="the server's engine")
-    p.add_argument("--clue-merge", default="components", choices=["components", "leaders"],
+    p.add_argument("--clue-merge", default="leaders", choices=["components", "leaders"],
                    help="the server's --clue-merge")
+    p.add_argument("--encoder-runtime", default="auto", choices=["auto", "torch", "onnx"],
+                   help="the server's --encoder-runtime")
     p.add_argument("--output", default="benchmarks/results/serve_load.json")
     args = p.parse_args()
     data = sessions(args.sessions)
     questions = [" ".join(s["utterances"][0]["text"].split()[:6]) for s in data[:200]]
     result: dict = {"sessions": args.sessions, "utterances": 10 * args.sessions, "machine": f"{os.cpu_count()} cores",
-                    "device": args.device, "clue_merge": args.clue_merge}
+                    "device": args.device, "clue_merge": args.clue_merge, "encoder_runtime": args.encoder_runtime}
     with tempfile.TemporaryDirectory() as tmp:
         for encoder, field in (("hashing", "ingest_sessions_per_s_without_encoding"),
                                ("all-MiniLM-L6-v2", "ingest_sessions_per_s")):
             folder, port = Path(tmp) / encoder, free_port()
-            proc = start(folder, port, encoder, args.device, args.clue_merge)
+            proc = start(folder, port, encoder, args.device, args.clue_merge, args.encoder_runtime)
             url = f"http://127.0.0.1:{port}"
             key = httpx.post(f"{url}/v1/tenants", json={"name": "load"},
                              headers={"Authorization": f"Bearer {ADMIN}"}).json()["api_key"]
@@ -153,7 +156,7 @@ def main() -> int:
             if encoder != "hashing":
                 for how in ("after_kill", "after_clean_stop"):
                     t0 = time.perf_counter()
-                    proc = start(folder, port, encoder, args.device, args.clue_merge)
+                    proc = start(folder, port, encoder, args.device, args.clue_merge, args.encoder_runtime)
                     result[f"restart_to_ready_s_{how}"] = round(time.perf_counter() - t0, 2)
                     httpx.post(f"{url}/v1/search", json={"questions": [questions[0]], "k": 10},
                                headers={"Authorization": f"Bearer {key}"}, timeout=600).raise_for_status()

@@ -93,3 +93,60 @@ def test_hashing_encoder_is_deterministic():
 def test_unknown_model_is_a_clear_error(tmp_path):
     with pytest.raises(RuntimeError, match="neither a local folder nor reachable"):
         TransformersEncoder(str(tmp_path / "no-such-model"))
+
+
+ONNX_TEXTS = ["user: I adopted a beagle named Max.", "short", "", "x " * 400, "émigré café — “quotes” 日本語 🙂",
+              "a\nb\tc", "Where did I fly in April?"]
+
+
+def test_onnx_encoder_gives_the_torch_encoders_name_and_vectors(minilm, onnx_exports):
+    from assomem_gpu.encode import OnnxEncoder
+
+    pytest.importorskip("onnxruntime")
+    onnx = OnnxEncoder()
+    vecs = onnx.encode(ONNX_TEXTS * 2)  # a batch padded to its longest, each text's vector as if alone
+    assert onnx.name == minilm.name and onnx.dim == minilm.dim
+    assert vecs.dtype == np.float32 and np.abs(vecs - minilm.encode(ONNX_TEXTS * 2)).max() < 1e-4
+    assert np.abs(vecs[1] - onnx.encode(["short"])[0]).max() < 1e-5
+    export = onnx.export_path()
+    assert export.parent == onnx_exports and export.exists()
+    made = export.stat().st_mtime_ns
+    again = OnnxEncoder()
+    assert np.array_equal(again.encode(ONNX_TEXTS), vecs[: len(ONNX_TEXTS)]) and export.stat().st_mtime_ns == made
+    assert [p.name for p in onnx_exports.iterdir()] == [export.name]  # no temporary file left
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(onnx))  # without the session, which loads where it first encodes
+    assert copy._session is None and np.array_equal(copy.encode(["short"]), onnx.encode(["short"]))
+    assert onnx.encode([]).shape == (0, onnx.dim)
+
+
+def test_encoder_runtime_is_chosen_with_a_reason(tmp_path):
+    from assomem_gpu.encode import OnnxEncoder, encoder_runtime, resolve_model_path, text_encoder
+
+    pytest.importorskip("onnxruntime")
+    path = resolve_model_path("all-MiniLM-L6-v2")
+    assert encoder_runtime(path)[0] == "onnx"
+    assert encoder_runtime(path, device="cuda") == ("torch", "device 'cuda': onnxruntime runs here on the CPU only")
+    assert encoder_runtime(path, runtime="torch") == ("torch", "asked for")
+    assert encoder_runtime(tmp_path)[1].startswith("the model has no tokenizer.json")
+    with pytest.raises(ValueError, match="runtime must be one of"):
+        encoder_runtime(path, runtime="tensorrt")
+    assert isinstance(text_encoder(), OnnxEncoder) and isinstance(text_encoder(runtime="torch"), TransformersEncoder)
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        text_encoder(runtime="onnx", device="cuda")
+
+
+def test_an_onnx_encoding_process_never_imports_torch(onnx_exports):
+    """What makes a server start in about a second: once exported, encoding needs neither torch nor transformers."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("onnxruntime")
+    from assomem_gpu.encode import OnnxEncoder
+
+    OnnxEncoder().encode(["export it"])
+    code = ("import sys; from assomem_gpu.encode import make_encoder; v = make_encoder(cache=False).encode(['hi']); "
+            "print(v.shape, [m for m in ('torch', 'transformers') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "(1, 384) []"

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from assomem_gpu.kernels.fused_topk import (MAX_K, fused_topk_cpu, fused_topk_cuda, fused_topk_reference)
+from assomem_gpu.kernels.fused_topk import MAX_K, fused_topk_cpu, fused_topk_reference
+from assomem_gpu.kernels.fused_topk_cuda import fused_topk_cuda
 
 PATHS = {"cpu": fused_topk_cpu, "cuda": fused_topk_cuda}
 

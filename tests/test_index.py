@@ -407,7 +407,7 @@ def test_the_device_path_ranks_like_the_cpu_path(probed):
     import functools
 
     from assomem_gpu.backend import get_backend
-    from assomem_gpu.kernels.fused_topk import fused_topk_cuda
+    from assomem_gpu.kernels.fused_topk_cuda import fused_topk_cuda
     from assomem_gpu.signals.importance import personalized_pagerank
 
     cpu = get_backend("cpu")

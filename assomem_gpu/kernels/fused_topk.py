@@ -5,7 +5,8 @@ Input per question b: z-scored signals ``scores[b, :counts[b], :]`` (padded to o
 the fused score is their weighted sum. Output: the ``k`` best candidate indices (ties: lower index first) and
 scores, ``-1`` / ``-inf`` past the question's candidate count.
 
-Both paths call the same per-candidate function (``fused_one``, compiled for each target). The CUDA kernel runs one
+Both paths call the same per-candidate function (``fused_one``, compiled for each target). The CUDA kernel
+(``fused_topk_cuda.py``, apart so that a CPU process never imports ``numba.cuda``, about a second) runs one
 block per question: block reductions for the per-signal max and sum in shared memory, a per-thread local top-K,
 then a shared-memory tree merge; no warp shuffles, so it runs under ``NUMBA_ENABLE_CUDASIM=1``.
 Non-finite inputs are rejected (ValueError naming the question) before either path runs.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cuda, float64, int32, int64, njit, prange
+from numba import njit, prange
 
 from .parallel import call_parallel
 
@@ -95,7 +96,8 @@ def _fused_topk_serial(scores, counts, weights, inv_t, k, out_idx, out_score):
 PARALLEL_FROM = 8  # questions per call from which the parallel twin pays off
 
 
-def _check(scores, counts, weights, temperature: float, k: int, xp=np) -> None:
+def check_inputs(scores, counts, weights, temperature: float, k: int, xp=np) -> None:
+    """Shapes, limits and finiteness of a fused top-K call (ValueError naming what is wrong); both paths run it."""
     if scores.ndim != 3 or weights.shape != (scores.shape[0], scores.shape[2]) or counts.shape != (scores.shape[0],):
         raise ValueError(f"shapes do not fit: scores {scores.shape}, counts {counts.shape}, weights {weights.shape}")
     if scores.shape[2] > MAX_SIGNALS or not 1 <= k <= MAX_K:
@@ -115,7 +117,7 @@ def fused_topk_cpu(scores, counts, weights, temperature: float, k: int) -> tuple
     scores = np.ascontiguousarray(scores, dtype=np.float32)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     weights = np.ascontiguousarray(weights, dtype=np.float32)
-    _check(scores, counts, weights, temperature, k)
+    check_inputs(scores, counts, weights, temperature, k)
     out_idx = np.empty((len(scores), k), np.int64)
     out_score = np.empty((len(scores), k), np.float64)
     args = (scores, counts, weights, 1.0 / temperature, k, out_idx, out_score)
@@ -123,118 +125,6 @@ def fused_topk_cpu(scores, counts, weights, temperature: float, k: int) -> tuple
         call_parallel(_fused_topk_parallel, *args)
     else:
         _fused_topk_serial(*args)
-    return out_idx, out_score
-
-
-def _cuda_kernel():
-    """Compile the CUDA kernel on first use (the simulator or a real device)."""
-    fused_dev = cuda.jit(device=True)(fused_one)
-    better_dev = cuda.jit(device=True)(better)
-    insert_dev = cuda.jit(device=True)(insert)
-
-    @cuda.jit
-    def kernel(scores, counts, weights, inv_t, k, out_idx, out_score):
-        b = cuda.blockIdx.x
-        t = cuda.threadIdx.x
-        n = counts[b]
-        n_signals = scores.shape[2]
-        red = cuda.shared.array(THREADS, float64)
-        maxes = cuda.shared.array(MAX_SIGNALS, float64)
-        sums = cuda.shared.array(MAX_SIGNALS, float64)
-        for d in range(n_signals):  # block reductions: max, then the sum of exponentials
-            m = -math.inf
-            for c in range(t, n, THREADS):
-                m = max(m, float64(scores[b, c, d]))
-            red[t] = m
-            cuda.syncthreads()
-            step = THREADS // 2
-            while step > 0:
-                if t < step:
-                    red[t] = max(red[t], red[t + step])
-                cuda.syncthreads()
-                step //= 2
-            if t == 0:
-                maxes[d] = red[0]
-            cuda.syncthreads()
-            s = 0.0
-            for c in range(t, n, THREADS):
-                s += math.exp((float64(scores[b, c, d]) - maxes[d]) * inv_t)
-            red[t] = s
-            cuda.syncthreads()
-            step = THREADS // 2
-            while step > 0:
-                if t < step:
-                    red[t] += red[t + step]
-                cuda.syncthreads()
-                step //= 2
-            if t == 0:
-                sums[d] = red[0]
-            cuda.syncthreads()
-        # per-thread local top-k over a strided share of the candidates
-        top_s = cuda.local.array(MAX_K, float64)
-        top_i = cuda.local.array(MAX_K, int64)
-        for j in range(k):
-            top_s[j] = -math.inf
-            top_i[j] = -1
-        w = weights[b]
-        for c in range(t, n, THREADS):
-            insert_dev(top_s, top_i, k, fused_dev(scores[b], c, n_signals, maxes, sums, w, inv_t), c)
-        # tree merge of the sorted lists in shared memory
-        sh_s = cuda.shared.array((THREADS, MAX_K), float64)
-        sh_i = cuda.shared.array((THREADS, MAX_K), int32)
-        for j in range(k):
-            sh_s[t, j] = top_s[j]
-            sh_i[t, j] = top_i[j]
-        cuda.syncthreads()
-        step = 1
-        while step < THREADS:
-            if t % (2 * step) == 0:
-                a, o = 0, 0
-                for j in range(k):  # merge row t and row t + step into the local buffer
-                    if better_dev(sh_s[t, a], sh_i[t, a], sh_s[t + step, o], sh_i[t + step, o]):
-                        top_s[j] = sh_s[t, a]
-                        top_i[j] = sh_i[t, a]
-                        a += 1
-                    else:
-                        top_s[j] = sh_s[t + step, o]
-                        top_i[j] = sh_i[t + step, o]
-                        o += 1
-                for j in range(k):
-                    sh_s[t, j] = top_s[j]
-                    sh_i[t, j] = top_i[j]
-            cuda.syncthreads()
-            step *= 2
-        if t == 0:
-            for j in range(k):
-                out_score[b, j] = sh_s[0, j]
-                out_idx[b, j] = sh_i[0, j]
-
-    return kernel
-
-
-_KERNEL = None
-
-
-def fused_topk_cuda(scores, counts, weights, temperature: float, k: int):
-    """The CUDA kernel, one block per question; same signature and results as ``fused_topk_cpu``.
-
-    Takes host (numpy) or device (CuPy) arrays and returns the same kind: device arrays stay on the device.
-    """
-    global _KERNEL
-    if hasattr(scores, "__cuda_array_interface__"):
-        import cupy as xp
-    else:
-        xp = np
-    scores = xp.ascontiguousarray(scores, dtype=np.float32)
-    counts = xp.ascontiguousarray(counts, dtype=np.int64)
-    weights = xp.ascontiguousarray(weights, dtype=np.float32)
-    _check(scores, counts, weights, temperature, k, xp)
-    if _KERNEL is None:
-        _KERNEL = _cuda_kernel()
-    out_idx = xp.empty((len(scores), k), np.int64)
-    out_score = xp.empty((len(scores), k), np.float64)
-    if len(scores):  # numpy arrays are copied to the device and back by Numba; CuPy arrays are used in place
-        _KERNEL[len(scores), THREADS](scores, counts, weights, 1.0 / temperature, k, out_idx, out_score)
     return out_idx, out_score
 
 

@@ -99,14 +99,14 @@ def fused_topk_ptx(target: str) -> str:
     from numba import cuda, types
     from numba.cuda import dispatcher
 
-    from . import fused_topk
+    from . import fused_topk_cuda
 
     cc = (int(target[3:-1]), int(target[-1]))
     # numba-cuda asks the current device which architecture a device function is for; without a GPU, say it
     real = dispatcher.get_current_device
     dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
     try:
-        kernel = fused_topk._cuda_kernel()  # fresh dispatchers: nothing compiled for another target is reused
+        kernel = fused_topk_cuda._cuda_kernel()  # fresh dispatchers: nothing compiled for another target is reused
         signature = (types.float32[:, :, ::1], types.int64[::1], types.float32[:, ::1], types.float64, types.int64,
                      types.int64[:, ::1], types.float64[:, ::1])
         ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=cc)

@@ -1,7 +1,7 @@
 """``python -m assomem_gpu.serve --data DIR``: the memory service on uvicorn.
 
 The admin key comes from ``--admin-key`` or ``$ASSOMEM_ADMIN_KEY``. The store's encoder, config and device are the
-index defaults unless given.
+store's defaults unless given (the clue merge: leaders, see ``--clue-merge``).
 """
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import argparse
 import os
 import sys
 
+from ..encode import RUNTIMES
 from ..graph import CLUE_MERGES, GraphConfig
+from ..store.store import STORE_CLUE_MERGE
 from .models import MAX_BODY_BYTES
 
 
@@ -21,10 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--encoder", default="all-MiniLM-L6-v2", help="model id or folder ('hashing': the test encoder)")
+    p.add_argument("--encoder-runtime", default="auto", choices=RUNTIMES,
+                   help="what runs the encoder (auto: onnxruntime on a CPU where installed, else torch; see "
+                        "encode.encoder_runtime)")
     p.add_argument("--admin-key", default=os.environ.get("ASSOMEM_ADMIN_KEY"), help="default $ASSOMEM_ADMIN_KEY")
-    p.add_argument("--clue-merge", choices=CLUE_MERGES, default=GraphConfig().clue_merge,
-                   help="how δ-similar session clues merge (components: the paper's; leaders: no chains, so dense "
-                        "memories keep small clues and fast searches)")
+    p.add_argument("--clue-merge", choices=CLUE_MERGES, default=STORE_CLUE_MERGE,
+                   help="how δ-similar session clues merge (leaders: no chains, so a growing memory keeps small clues "
+                        "and a search's cost bounded; components: the paper's, whose chains can join most of a dense "
+                        "memory into one clue and make every search read most of it)")
     p.add_argument("--llm", default="smollm2",
                    help="LLM of /v1/answer (loaded on the first answer): smollm2 (needs the llm extra), "
                         "hf:<model>[::<gguf>], openai:<url>#<model>")
@@ -45,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from ..config import AssoMemConfig
-    from ..encode import make_encoder
+    from ..encode import encoder_runtime, make_encoder, resolve_model_path
     from ..llm import make_llm
     from ..store import MemoryStore, StoreError
     from .app import create_app
@@ -58,8 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"warning: /v1/answer will answer 503: {exc}", file=sys.stderr)
     try:
+        if args.encoder != "hashing":
+            print("encoder runtime: %s (%s)" % encoder_runtime(resolve_model_path(args.encoder),
+                                                               runtime=args.encoder_runtime), file=sys.stderr)
         config = AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge))
-        store = MemoryStore(args.data, make_encoder(args.encoder, cache=False), config, device=args.device,
+        encoder = make_encoder(args.encoder, cache=False, runtime=args.encoder_runtime)
+        store = MemoryStore(args.data, encoder, config, device=args.device,
                             dated=not args.undated, max_loaded=args.max_loaded,
                             snapshot_every_s=args.snapshot_every_s)
     except (StoreError, ValueError, RuntimeError) as exc:
