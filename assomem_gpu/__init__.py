@@ -9,7 +9,8 @@ quiet_idle_threads()  # before anything imports numpy or torch
 
 from .config import AssoMemConfig  # noqa: E402
 from .data import DataFormatError, load_dataset
-from .encode import CachedEncoder, EmbeddingCache, HashingEncoder, TransformersEncoder, make_encoder
+from .encode import (CachedEncoder, EmbeddingCache, HashingEncoder, OnnxEncoder, TransformersEncoder, make_encoder,
+                     text_encoder)
 from .eval import evaluate
 from .graph import GraphConfig
 from .index import Answer, Hit, LabelledQuestion, MemoryIndex, Session, Utterance
@@ -22,6 +23,5 @@ __version__ = "0.2.0"
 
 __all__ = ["Answer", "AssoMemConfig", "CachedEncoder", "DataFormatError", "Dataset", "EmbeddedDataset", "EmbeddingCache",
            "GraphConfig", "HashingEncoder", "Hit", "LabelledQuestion", "METHODS", "Memory", "MemoryBank",
-           "MemoryIndex", "MemoryStore", "Question", "Session", "SnapshotError", "StoreError", "TransformersEncoder",
-           "Utterance", "evaluate",
-           "load_dataset", "make_encoder", "make_method"]
+           "MemoryIndex", "MemoryStore", "OnnxEncoder", "Question", "Session", "SnapshotError", "StoreError",
+           "TransformersEncoder", "Utterance", "evaluate", "load_dataset", "make_encoder", "make_method", "text_encoder"]

@@ -11,9 +11,12 @@ index grows and shrinks exactly):
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 import re
+import runpy
 import threading
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -37,10 +40,21 @@ def _english() -> tuple[dict[str, float], frozenset[str]]:
 
 @functools.lru_cache(maxsize=1)
 def _load_english() -> tuple[dict[str, float], frozenset[str]]:
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
     from wordfreq import get_frequency_dict
 
-    return get_frequency_dict("en"), frozenset(ENGLISH_STOP_WORDS)
+    return get_frequency_dict("en"), _stop_words()
+
+
+def _stop_words() -> frozenset[str]:
+    """scikit-learn's English stop words (the Glasgow IR group's list), read from its data module alone: the public
+    import, ``sklearn.feature_extraction.text``, imports most of scikit-learn first (about 2 s on a 2-core CPU), and a
+    restarted server's first search waited for it; the public import where the module has moved."""
+    file = Path(importlib.util.find_spec("sklearn").origin).parent / "feature_extraction" / "_stop_words.py"
+    if file.exists():
+        return frozenset(runpy.run_path(str(file))["ENGLISH_STOP_WORDS"])
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return frozenset(ENGLISH_STOP_WORDS)
 
 
 def keyword_clue(texts: Sequence[str], n_terms: int = 8) -> str:

@@ -257,7 +257,7 @@ def export_onnx(path: Path, out: Path) -> None:
 class OnnxEncoder:
     """``TransformersEncoder``'s model run by onnxruntime on the CPU: the same name and, within 1e-4 (tested), the
     same vectors; one question in about half the time, and a process that only encodes imports neither torch nor
-    transformers (a server is ready in about a second instead of five).
+    transformers (the load test's server was ready in 1.9 s instead of 10.7).
 
     The model is exported once (``export_onnx``, seconds, on the first encode where no export of these files exists)
     into ``onnx_dir()``, named by a digest of the model folder's files. Tokens come from the model's

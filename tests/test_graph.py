@@ -120,6 +120,19 @@ def test_keyword_clues_name_the_session():
     assert keyword_clue(["the and of", "it is"]) == ""  # stop words only: no clue text (the centroid stands in)
 
 
+def test_stop_words_are_scikit_learns_read_without_importing_it():
+    import subprocess
+    import sys
+
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    from assomem_gpu.clues import _stop_words
+
+    assert _stop_words() == ENGLISH_STOP_WORDS and len(ENGLISH_STOP_WORDS) > 300
+    code = "import sys; from assomem_gpu.clues import _stop_words; _stop_words(); print('sklearn' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
 def test_keyword_clues_of_many_sessions_are_each_sessions_own_by_the_definition():
     """The array version against the definition written out with a Counter: same terms, scores and tie order."""
     import math
