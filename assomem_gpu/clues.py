@@ -14,7 +14,6 @@ import functools
 import importlib.util
 import math
 import re
-import runpy
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -49,9 +48,12 @@ def _stop_words() -> frozenset[str]:
     """scikit-learn's English stop words (the Glasgow IR group's list), read from its data module alone: the public
     import, ``sklearn.feature_extraction.text``, imports most of scikit-learn first (about 2 s on a 2-core CPU), and a
     restarted server's first search waited for it; the public import where the module has moved."""
-    file = Path(importlib.util.find_spec("sklearn").origin).parent / "feature_extraction" / "_stop_words.py"
-    if file.exists():
-        return frozenset(runpy.run_path(str(file))["ENGLISH_STOP_WORDS"])
+    spec = importlib.util.find_spec("sklearn")
+    file = None if spec is None else Path(spec.origin).parent / "feature_extraction" / "_stop_words.py"
+    if file is not None and file.exists():
+        names: dict = {}
+        exec(compile(file.read_text(), str(file), "exec"), names)  # a frozenset literal; runpy would swap sys.argv
+        return frozenset(names["ENGLISH_STOP_WORDS"])
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
     return frozenset(ENGLISH_STOP_WORDS)

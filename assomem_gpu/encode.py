@@ -207,7 +207,7 @@ def text_encoder(model: str = DEFAULT_MODEL, device: str = "cpu", runtime: str =
     if chosen == "onnx":
         if device != "cpu":
             raise ValueError(f"runtime 'onnx' runs on the CPU, not on device {device!r}")
-        return OnnxEncoder(model, **kwargs)
+        return OnnxEncoder(model, **{k: v for k, v in kwargs.items() if k == "batch_size"})  # the rest are torch's
     return TransformersEncoder(model, device=device, **kwargs)
 
 
@@ -270,6 +270,10 @@ class OnnxEncoder:
         from tokenizers import Tokenizer
 
         self.path, self.batch_size = resolve_model_path(model), batch_size
+        if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None:
+            raise RuntimeError("the onnxruntime encoder needs onnxruntime and onnx (pip install 'assomem_gpu[serve]')")
+        if not (self.path / "tokenizer.json").exists():
+            raise RuntimeError(f"the onnxruntime encoder needs {self.path / 'tokenizer.json'} (a fast tokenizer)")
         config = json.loads((self.path / "config.json").read_text())
         tok_config = {}
         for file in ("special_tokens_map.json", "tokenizer_config.json"):  # the latter wins, as in transformers
@@ -281,12 +285,13 @@ class OnnxEncoder:
         self.name = _encoder_name(model, self.pooling, self.normalize, self.max_length)
         self.tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_length)
-        pad = tok_config.get("pad_token")
+        padding = self.tokenizer.padding or {}  # tokenizer.json's own, which transformers falls back to
+        pad = tok_config.get("pad_token") or padding.get("pad_token")
         pad = pad.get("content") if isinstance(pad, dict) else pad
         if pad is None or self.tokenizer.token_to_id(pad) is None:
             raise ValueError(f"encoder {model!r}: no padding token for onnxruntime's batches")
         self.tokenizer.enable_padding(pad_id=self.tokenizer.token_to_id(pad), pad_token=pad,
-                                      direction=tok_config.get("padding_side", "right"))
+                                      direction=tok_config.get("padding_side", padding.get("direction", "right")))
         self._session = None  # exported and loaded on the first encode
 
     def __getstate__(self) -> dict:

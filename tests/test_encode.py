@@ -135,6 +135,15 @@ def test_encoder_runtime_is_chosen_with_a_reason(tmp_path):
     assert isinstance(text_encoder(), OnnxEncoder) and isinstance(text_encoder(runtime="torch"), TransformersEncoder)
     with pytest.raises(ValueError, match="runs on the CPU"):
         text_encoder(runtime="onnx", device="cuda")
+    assert isinstance(text_encoder(one_thread_tokens=16), OnnxEncoder)  # torch's own options leave onnx alone
+    folder = tmp_path / "no-fast-tokenizer"
+    folder.mkdir()
+    for file in path.iterdir():
+        if file.name != "tokenizer.json":
+            (folder / file.name).symlink_to(file)
+    assert encoder_runtime(folder)[0] == "torch"
+    with pytest.raises(RuntimeError, match="tokenizer.json"):
+        text_encoder(str(folder), runtime="onnx")  # asked for by hand: a clear error, not a failing first encode
 
 
 def test_an_onnx_encoding_process_never_imports_torch(onnx_exports):

@@ -64,11 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"warning: /v1/answer will answer 503: {exc}", file=sys.stderr)
     try:
-        if args.encoder != "hashing":
-            print("encoder runtime: %s (%s)" % encoder_runtime(resolve_model_path(args.encoder),
-                                                               runtime=args.encoder_runtime), file=sys.stderr)
+        runtime = args.encoder_runtime
+        if args.encoder != "hashing":  # chosen once, printed, then built as chosen
+            runtime, why = encoder_runtime(resolve_model_path(args.encoder), runtime=runtime)
+            print(f"encoder runtime: {runtime} ({why})", file=sys.stderr)
         config = AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge))
-        encoder = make_encoder(args.encoder, cache=False, runtime=args.encoder_runtime)
+        encoder = make_encoder(args.encoder, cache=False, runtime=runtime)
         store = MemoryStore(args.data, encoder, config, device=args.device,
                             dated=not args.undated, max_loaded=args.max_loaded,
                             snapshot_every_s=args.snapshot_every_s)
