@@ -31,6 +31,7 @@ from .memory import MemoryBank
 
 
 CLUE_MERGES = ("components", "leaders")
+STORE_CLUE_MERGE = "leaders"  # the clue merge of a MemoryStore's default config (see store.MemoryStore)
 
 
 @dataclass(frozen=True)

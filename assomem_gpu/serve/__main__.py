@@ -10,8 +10,7 @@ import os
 import sys
 
 from ..encode import RUNTIMES
-from ..graph import CLUE_MERGES, GraphConfig
-from ..store.store import STORE_CLUE_MERGE
+from ..graph import CLUE_MERGES, STORE_CLUE_MERGE, GraphConfig
 from .models import MAX_BODY_BYTES
 
 

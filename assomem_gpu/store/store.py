@@ -31,14 +31,11 @@ from ..clues import keyword_clue
 from ..config import AssoMemConfig
 from ..encode import DEFAULT_MODEL, Encoder, text_encoder
 from ..fusion import FusionModel, default_fusion
-from ..graph import GraphConfig
+from ..graph import STORE_CLUE_MERGE, GraphConfig
 from ..index import Answer, MemoryIndex, Session
 from ..llm import LLM
 from ..snapshot import SnapshotError
 from .schema import StoreError, connect
-
-
-STORE_CLUE_MERGE = "leaders"  # the clue merge of a store's default config (see MemoryStore)
 
 
 class MemoryStore:
