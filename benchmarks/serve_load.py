@@ -6,8 +6,9 @@
 One tenant of ``--sessions`` synthetic sessions (10 utterances each, topic vocabularies) is ingested over HTTP in
 batches of 50 (sessions/s, the server's encoding included, and without it: the same sessions again with the
 hashing encoder). Then ``--clients`` concurrent clients each send one-question searches for ``--seconds``: p50 and
-p99 latency (the question's encoding included) and throughput. Then the server is killed (kill -9: it restarts from the
-snapshot its background thread wrote) and restarted, then stopped cleanly and restarted: the time to ready (the model
+p99 latency (the question's encoding included), throughput, the CPU milliseconds a search took in the server and in
+the clients, and the share of the machine's CPU time its host stole meanwhile. Then the server is killed (kill -9:
+it restarts from the snapshot its background thread wrote) and restarted, then stopped cleanly and restarted: the time to ready (the model
 loaded) and to its first answer. Resident memory of the server process with the tenant loaded. JSON to
 ``benchmarks/results/serve_load.json`` unless ``--output`` says where.
 """
@@ -80,7 +81,20 @@ def ingest(url: str, key: str, batch: list[dict]) -> float:
     return len(batch) / (time.perf_counter() - start_t)
 
 
-def load(url: str, key: str, clients: int, seconds: float, questions: list[str]) -> dict:
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has run: what a search costs, whatever else the machine runs."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_times() -> tuple[int, int]:
+    """The machine's stolen and total CPU time so far (jiffies, /proc/stat): a virtual machine's host may run others
+    on its cores, and the share stolen during a run slows its wall-clock figures, not its CPU ones."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return values[7], sum(values[:8])
+
+
+def load(url: str, key: str, clients: int, seconds: float, questions: list[str], server_pid: int) -> dict:
     latencies: list[float] = []
     lock = threading.Lock()
 
@@ -95,15 +109,21 @@ def load(url: str, key: str, clients: int, seconds: float, questions: list[str])
                     latencies.append(time.perf_counter() - t0)
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    server_t0, client_t0, (steal_t0, total_t0) = cpu_s(server_pid), cpu_s(os.getpid()), cpu_times()
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    server_cpu, client_cpu = cpu_s(server_pid) - server_t0, cpu_s(os.getpid()) - client_t0
+    steal, total = (now - then for now, then in zip(cpu_times(), (steal_t0, total_t0)))
     ms = 1000 * np.asarray(latencies)
     return {"clients": clients, "searches": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 2),
-            "p99_ms": round(float(np.percentile(ms, 99)), 2), "searches_per_s": round(len(ms) / wall, 1)}
+            "p99_ms": round(float(np.percentile(ms, 99)), 2), "searches_per_s": round(len(ms) / wall, 1),
+            "server_cpu_ms_per_search": round(1000 * server_cpu / len(ms), 2),
+            "client_cpu_ms_per_search": round(1000 * client_cpu / len(ms), 2),
+            "machine_steal_share": round(steal / max(total, 1), 3)}
 
 
 def rss_mb(pid: int) -> float:
@@ -148,7 +168,7 @@ def main() -> int:
             if encoder != "hashing":
                 result["load"] = []
                 for clients in args.clients:
-                    result["load"].append(load(url, key, clients, args.seconds, questions))
+                    result["load"].append(load(url, key, clients, args.seconds, questions, proc.pid))
                     print(json.dumps(result["load"][-1]), flush=True)
                 result["server_rss_mb"] = round(rss_mb(proc.pid), 1)
             proc.send_signal(signal.SIGKILL)  # no snapshot: the restart rebuilds the index from the rows

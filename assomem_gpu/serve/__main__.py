@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--snapshot-every-s", type=float, default=5.0,
                    help="how often a tenant written to gets a new snapshot, in the background (restarts load it)")
     p.add_argument("--max-body-mb", type=float, default=MAX_BODY_BYTES / 2**20, help="request body limit")
-    p.add_argument("--batch-wait-ms", type=float, default=2.0,
-                   help="how long a search waits for concurrent ones to share its engine call")
+    p.add_argument("--batch-wait-ms", type=float, default=0.0,
+                   help="how long a search waits, besides the tenant's running search, for concurrent ones to share "
+                        "its engine call")
     args = p.parse_args(argv)
     if args.max_answers < 1:
         p.error("--max-answers must be at least 1")

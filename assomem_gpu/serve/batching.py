@@ -1,7 +1,8 @@
 """Micro-batching: concurrent searches of one tenant answered by one batched engine call.
 
-The first request of a group (same tenant, same filters) waits ``wait_s`` seconds for others to join, and for the
-tenant's previous batch to finish (requests keep joining meanwhile, so batches grow with the load), then runs every
+The first request of a group (same tenant, same filters) waits for the tenant's previous batch to finish, while
+others join (so batches grow with the load, and a lone request waits for nothing), and ``wait_s`` seconds more
+where set; then it runs every
 gathered question in one ``MemoryStore.search`` (k the largest asked, each question with its own date) and
 hands each request its own hits, cut to its k. A batch is what makes a GPU pay off under load; on the CPU it shares
 one relevance product and one PPR iteration among the requests. If the batched call fails, each request runs alone,
@@ -26,10 +27,11 @@ class _Request:
 
 
 class SearchBatcher:
-    """Gathers concurrent searches for up to ``wait_s`` seconds (default 2 ms), at most ``max_questions`` questions a
-    batch. ``requests`` and ``batches`` count what came in and what the engine ran."""
+    """Gathers concurrent searches while the tenant's previous batch runs, and ``wait_s`` seconds more (default 0: a
+    fixed wait only delays a lone request; under load the engine's own time gathers the next batch), at most
+    ``max_questions`` questions a batch. ``requests`` and ``batches`` count what came in and what the engine ran."""
 
-    def __init__(self, store, wait_s: float = 0.002, max_questions: int = 256):
+    def __init__(self, store, wait_s: float = 0.0, max_questions: int = 256):
         if not (wait_s >= 0 and isinstance(max_questions, int) and max_questions >= 1):
             raise ValueError(f"wait_s >= 0 and max_questions >= 1, got {wait_s!r} and {max_questions!r}")
         self.store, self.wait_s, self.max_questions = store, wait_s, max_questions
@@ -49,7 +51,8 @@ class SearchBatcher:
             group.append(request)
             leader = len(group) == 1
         if leader:
-            time.sleep(self.wait_s)
+            if self.wait_s:
+                time.sleep(self.wait_s)
             with self._lock:
                 engine = self._engine.setdefault(tenant, threading.Lock())
             with engine:  # while the tenant's previous batch runs, this group keeps gathering
