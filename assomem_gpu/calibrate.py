@@ -93,7 +93,7 @@ def memory_features(method: AssoMem, data: EmbeddedDataset, group: Sequence[int]
 
 def main(argv: list[str] | None = None) -> int:
     from .cli_options import add_assomem_options, add_cluster_option
-    from .encode import DEFAULT_MODEL
+    from .encode import DEFAULT_MODEL, add_prompt_options
 
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.calibrate", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--haystack-sessions", type=int, help="grow LongMemEval haystacks to this many sessions")
     p.add_argument("--encoder", default=DEFAULT_MODEL)
+    add_prompt_options(p)
     p.add_argument("--quiet", action="store_true")
     add_cluster_option(p)
     add_assomem_options(p)
@@ -115,7 +116,7 @@ def _calibrate(args: argparse.Namespace, stack: ExitStack) -> int:
     """``main`` after parsing; ``stack`` closes the Dask client (and its local cluster) on the way out."""
     from .cli_options import config_from_options
     from .data import load_dataset
-    from .encode import make_encoder
+    from .encode import make_encoder, prompt_options
     from .fusion import save_weights
 
     client = None
@@ -124,7 +125,7 @@ def _calibrate(args: argparse.Namespace, stack: ExitStack) -> int:
             client = stack.enter_context(connect(args.cluster))
         config = config_from_options(args)
         ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
-        encoder = make_encoder(args.encoder)
+        encoder = make_encoder(args.encoder, prompts=prompt_options(args))
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from .config import CLUE_MODES
-from .encode import Encoder
+from .encode import Encoder, prompted
 from .memory import MemoryBank
 
 _TOKEN = re.compile(r"(?u)\b[a-zA-Z][a-zA-Z0-9'-]+\b")
@@ -150,5 +150,5 @@ def clue_embeddings(offsets: np.ndarray, utt_emb: np.ndarray, texts: Sequence[st
     emb = np.array(centroids)
     has = [i for i, t in enumerate(texts) if t]
     if has:
-        emb[has] = encoder.encode([f"topic: {texts[i]}" for i in has])
+        emb[has] = encoder.encode(prompted(encoder, "passage", [f"topic: {texts[i]}" for i in has]))
     return emb

@@ -2,9 +2,12 @@
 
 Every encoder returns float32, L2-normalised rows, one per input text. ``CachedEncoder`` wraps any encoder with an
 on-disk SQLite cache keyed by (encoder identity, exact text), so a second run over the same data encodes nothing.
+Models trained with prompts (e5's "query: " and "passage: ", bge's instruction) read texts with them: an encoder's
+``prompts`` (``model_prompts``), which callers put before the texts of each role (``prompted``).
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.util
 import json
@@ -15,7 +18,7 @@ import threading
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -73,7 +76,7 @@ class TransformersEncoder:
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, device: str = "cpu",
-                 one_thread_tokens: int = 32):
+                 one_thread_tokens: int = 32, prompts: Mapping[str, str] | None = None):
         from transformers import AutoConfig, AutoTokenizer
 
         self.path = resolve_model_path(model)
@@ -83,7 +86,8 @@ class TransformersEncoder:
         self.pooling, self.normalize, self.max_length = _sentence_transformers_config(
             self.path, self.tokenizer.model_max_length, int(getattr(config, "max_position_embeddings", 512)))
         self.dim = int(config.hidden_size)
-        self.name = _encoder_name(model, self.pooling, self.normalize, self.max_length)
+        self.prompts = model_prompts(self.path, prompts)
+        self.name = _encoder_name(model, self.pooling, self.normalize, self.max_length, self.prompts)
         self._model = None  # loaded on the first encode, so fully cached runs never load the weights
 
     def __getstate__(self) -> dict:
@@ -139,9 +143,49 @@ def _length_batches(texts: Sequence[str], size: int) -> list[np.ndarray]:
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
-def _encoder_name(model: str, pooling: str, normalize: bool, max_length: int) -> str:
-    """An encoder's identity (the cache key): the model and what turns its hidden states into vectors."""
-    return f"{model}|{pooling}|norm={normalize}|max={max_length}"
+def _encoder_name(model: str, pooling: str, normalize: bool, max_length: int, prompts: Mapping[str, str]) -> str:
+    """An encoder's identity (the cache key, and what a store checks): the model, what turns its hidden states into
+    vectors, and the prompts it reads texts with."""
+    return f"{model}|{pooling}|norm={normalize}|max={max_length}" + "".join(
+        f"|{role}={prompts[role]!r}" for role in PROMPT_ROLES if prompts.get(role))
+
+
+PROMPT_ROLES = ("query", "passage")
+PASSAGE_PROMPT_NAMES = ("passage", "document", "corpus", "doc")  # what sentence-transformers models call theirs
+
+
+def model_prompts(path: Path, given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The prompts (text put before each text) of the model in folder ``path``, by role: ``query`` for questions,
+    ``passage`` for utterances and clues. From its sentence-transformers config (``config_sentence_transformers.json``:
+    ``prompts`` named ``query``, and ``passage``, ``document``, ``corpus`` or ``doc``; ``default_prompt_name``'s for a
+    role it names none), then ``given`` over them ('' for none); empty ones left out. ``ValueError`` for a role other
+    than these, or for prompts on a model whose pooling leaves the prompt's tokens out (``include_prompt: false``:
+    a prompt put before the text would be pooled with it)."""
+    found: dict[str, str] = {}
+    cfg = path / "config_sentence_transformers.json"
+    if cfg.exists():
+        data = json.loads(cfg.read_text())
+        named = data.get("prompts") or {}
+        default = named.get(data.get("default_prompt_name") or "", "")
+        found = {"query": named.get("query", default),
+                 "passage": next((named[n] for n in PASSAGE_PROMPT_NAMES if n in named), default)}
+    for role, text in (given or {}).items():
+        if role not in PROMPT_ROLES or not isinstance(text, str):
+            raise ValueError(f"prompts: roles {PROMPT_ROLES} with string prompts, got {role!r}: {text!r}")
+        found[role] = text
+    found = {role: text for role, text in found.items() if text}
+    pooling = path / "1_Pooling" / "config.json"
+    if found and pooling.exists() and json.loads(pooling.read_text()).get("include_prompt") is False:
+        raise ValueError(f"prompts: {path} pools without its prompt's tokens (include_prompt: false), which putting "
+                         "the prompt before the text cannot do")
+    return found
+
+
+def prompted(encoder: Encoder, role: str, texts: Sequence[str]) -> list[str]:
+    """``texts`` as ``encoder`` was trained to read them in ``role`` (``PROMPT_ROLES``): its prompt for the role before
+    each, where it has one (an encoder without ``prompts`` has none)."""
+    prefix = getattr(encoder, "prompts", {}).get(role, "")
+    return [prefix + t for t in texts] if prefix else list(texts)
 
 
 def _sentence_transformers_config(path: Path, model_max_length: int, max_positions: int) -> tuple[str, bool, int]:
@@ -207,7 +251,8 @@ def text_encoder(model: str = DEFAULT_MODEL, device: str = "cpu", runtime: str =
     if chosen == "onnx":
         if device != "cpu":
             raise ValueError(f"runtime 'onnx' runs on the CPU, not on device {device!r}")
-        return OnnxEncoder(model, **{k: v for k, v in kwargs.items() if k == "batch_size"})  # the rest are torch's
+        return OnnxEncoder(model, **{k: v for k, v in kwargs.items() if k in ("batch_size", "prompts")})  # the rest
+        # are torch's
     return TransformersEncoder(model, device=device, **kwargs)
 
 
@@ -266,7 +311,7 @@ class OnnxEncoder:
     spin when idle, so they leave the cores to the search kernels that follow.
     """
 
-    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64):
+    def __init__(self, model: str = DEFAULT_MODEL, batch_size: int = 64, prompts: Mapping[str, str] | None = None):
         from tokenizers import Tokenizer
 
         self.path, self.batch_size = resolve_model_path(model), batch_size
@@ -282,7 +327,8 @@ class OnnxEncoder:
         self.pooling, self.normalize, self.max_length = _sentence_transformers_config(
             self.path, int(tok_config.get("model_max_length", 10**30)), int(config.get("max_position_embeddings", 512)))
         self.dim = int(config["hidden_size"])
-        self.name = _encoder_name(model, self.pooling, self.normalize, self.max_length)
+        self.prompts = model_prompts(self.path, prompts)
+        self.name = _encoder_name(model, self.pooling, self.normalize, self.max_length, self.prompts)
         self.tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_length)
         padding = self.tokenizer.padding or {}  # tokenizer.json's own, which transformers falls back to
@@ -425,7 +471,7 @@ class CachedEncoder:
 
     def __init__(self, encoder: Encoder, cache: EmbeddingCache | None = None, chunk: int = 1024, progress: bool = True):
         self.encoder, self.cache, self.chunk, self.progress = encoder, cache or EmbeddingCache(), chunk, progress
-        self.name, self.dim = encoder.name, encoder.dim
+        self.name, self.dim, self.prompts = encoder.name, encoder.dim, getattr(encoder, "prompts", {})
         self.encoded = 0  # texts actually sent to the encoder (cache misses), for reporting
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -452,5 +498,23 @@ class CachedEncoder:
 def make_encoder(model: str = DEFAULT_MODEL, cache: bool = True, runtime: str = "auto", **kwargs) -> Encoder:
     """The encoder named ``model`` ('hashing' for the test encoder) on ``runtime`` (``text_encoder``), wrapped in the
     disk cache unless ``cache=False``."""
-    enc: Encoder = HashingEncoder() if model == "hashing" else text_encoder(model, runtime=runtime, **kwargs)
+    if model == "hashing":
+        if kwargs.get("prompts"):
+            raise ValueError("prompts: the hashing encoder reads texts without prompts")
+        enc: Encoder = HashingEncoder()
+    else:
+        enc = text_encoder(model, runtime=runtime, **kwargs)
     return CachedEncoder(enc) if cache else enc
+
+
+def add_prompt_options(p: argparse.ArgumentParser) -> None:
+    """``--query-prompt`` and ``--passage-prompt``: a command's overrides of its encoder's prompts."""
+    for role, what in (("query", "each question"), ("passage", "each utterance and clue")):
+        p.add_argument(f"--{role}-prompt", help=f"text put before {what} for the encoder (default: the model's own "
+                                                f"{role} prompt, where its sentence-transformers config has one; "
+                                                "'' for none)")
+
+
+def prompt_options(args: argparse.Namespace) -> dict[str, str]:
+    """The prompts ``add_prompt_options``'s options give (the model's own for the others)."""
+    return {role: getattr(args, f"{role}_prompt") for role in PROMPT_ROLES if getattr(args, f"{role}_prompt") is not None}

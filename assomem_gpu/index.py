@@ -38,7 +38,7 @@ import numpy as np
 
 from .backend import Backend, get_backend
 from .config import AssoMemConfig
-from .encode import DEFAULT_MODEL, Encoder, text_encoder
+from .encode import DEFAULT_MODEL, Encoder, prompted, text_encoder
 from .fusion import FusionModel, Ranking, default_fusion, fit_fusion, rank
 from .llm import LLM, make_llm
 from .locking import ReadWriteLock
@@ -199,7 +199,8 @@ class MemoryIndex:
             if embeddings is None:
                 if self.encoder is None:
                     raise ValueError("embeddings: this index has no encoder; pass one vector per utterance")
-                emb = self.encoder.encode([f"{s}: {t}" if s else t for r in records for _, s, t in r[2]])
+                emb = self.encoder.encode(prompted(self.encoder, "passage",
+                                                   [f"{s}: {t}" if s else t for r in records for _, s, t in r[2]]))
             else:
                 emb = _vectors(embeddings, "embeddings", n, self.dim)
             derived = self._state.derive(records, emb)
@@ -249,7 +250,7 @@ class MemoryIndex:
         qs = [_labelled(q, f"questions[{i}]") for i, q in enumerate(_listed(questions, "questions"))]
         if self.encoder is None:
             raise ValueError("questions: calibrating needs an encoder for the question texts")
-        emb = self.encoder.encode([q.text for q in qs])
+        emb = self.encoder.encode(prompted(self.encoder, "query", [q.text for q in qs]))
         with self._lock.write():
             row_of = {u: i for i, u in enumerate(self._state.bank.utt_ids)}
             for i, q in enumerate(qs):
@@ -283,7 +284,7 @@ class MemoryIndex:
             raise ValueError("questions: this index has no encoder; use search_embeddings")
         _positive_k(k)
         with self._stage("encode"):
-            emb = self.encoder.encode(texts)
+            emb = self.encoder.encode(prompted(self.encoder, "query", texts))
         hits = self._search(emb, texts, k, question_date, sessions, since, until)
         return hits[0] if single else hits
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from .backend import get_backend
 from .cli_options import ALL_METHODS, add_assomem_options, build_methods
-from .encode import DEFAULT_MODEL, make_encoder
+from .encode import DEFAULT_MODEL, add_prompt_options, make_encoder, prompt_options
 from .eval.runner import evaluate, read_rankings
 from .memory import Dataset
 from .retrieve import EmbeddedDataset
@@ -21,6 +21,7 @@ def add_rankings_options(p: argparse.ArgumentParser, purpose: str) -> None:
     p.add_argument("--from-rankings", help="a ranking export (python -m assomem_gpu.eval --rankings) to use instead "
                                            "of retrieving")
     p.add_argument("--encoder", default=DEFAULT_MODEL, help="sentence-embedding model id or local path of the retrieval")
+    add_prompt_options(p)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the retrieval engine runs")
     add_assomem_options(p, clue_llm_option="--clue-llm")
 
@@ -29,7 +30,7 @@ def rankings_from_options(args: argparse.Namespace, ds: Dataset, ks: list[int], 
     """Per question of ``ds``: its ranking (bank rows, best first), read from ``--from-rankings`` or retrieved."""
     if args.from_rankings:
         return read_rankings(args.from_rankings, ds)
-    encoder = make_encoder(args.encoder)
+    encoder = make_encoder(args.encoder, prompts=prompt_options(args))
     encoder.progress = progress
     (method,) = build_methods(argparse.Namespace(**{**vars(args), "methods": [args.method]}), encoder,
                               get_backend(args.device))

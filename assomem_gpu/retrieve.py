@@ -10,7 +10,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from .encode import Encoder
+from .encode import Encoder, prompted
 from .memory import Dataset
 
 
@@ -24,7 +24,8 @@ class EmbeddedDataset:
 
     @classmethod
     def build(cls, ds: Dataset, encoder: Encoder) -> "EmbeddedDataset":
-        return cls(ds, encoder.encode(ds.bank.encoded_texts()), encoder.encode([q.text for q in ds.questions]))
+        return cls(ds, encoder.encode(prompted(encoder, "passage", ds.bank.encoded_texts())),
+                   encoder.encode(prompted(encoder, "query", [q.text for q in ds.questions])))
 
 
 class Method(Protocol):

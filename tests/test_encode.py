@@ -159,3 +159,61 @@ def test_an_onnx_encoding_process_never_imports_torch(onnx_exports):
             "print(v.shape, [m for m in ('torch', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "(1, 384) []"
+
+
+def _with_st_config(tmp_path, config: dict | None = None, pooling: dict | None = None):
+    """The bundled MiniLM's files in a folder of their own, with a sentence-transformers config of prompts."""
+    import json
+
+    from assomem_gpu.encode import resolve_model_path
+
+    folder = tmp_path / "prompted-minilm"
+    folder.mkdir(parents=True)
+    for file in resolve_model_path("all-MiniLM-L6-v2").iterdir():
+        if file.name not in ("config_sentence_transformers.json", "1_Pooling"):
+            (folder / file.name).symlink_to(file)
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(config or {}))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True, **(pooling or {})}))
+    return folder
+
+
+def test_an_encoder_reads_texts_with_its_models_prompts(tmp_path, minilm):
+    from assomem_gpu.encode import OnnxEncoder, model_prompts, prompted
+
+    folder = _with_st_config(tmp_path, {"prompts": {"query": "query: ", "document": "passage: "},
+                                        "default_prompt_name": None})
+    enc = TransformersEncoder(str(folder))
+    assert enc.prompts == {"query": "query: ", "passage": "passage: "}
+    assert enc.name.endswith("|query='query: '|passage='passage: '") and enc.name.startswith(str(folder))
+    assert prompted(enc, "query", ["when did I move?"]) == ["query: when did I move?"]
+    assert prompted(minilm, "query", ["when did I move?"]) == ["when did I move?"]  # the bundled model has none
+    assert np.array_equal(enc.encode(prompted(enc, "passage", ["I moved in May."])),
+                          minilm.encode(["passage: I moved in May."]))
+    assert OnnxEncoder(str(folder)).name == enc.name  # the runtimes agree on the identity (a store checks it)
+    assert CachedEncoder(enc, EmbeddingCache(tmp_path / "c.sqlite")).prompts == enc.prompts
+    # given prompts go over the model's, '' for none; a model's default prompt covers the roles it names none for
+    assert TransformersEncoder(str(folder), prompts={"query": ""}).prompts == {"passage": "passage: "}
+    assert model_prompts(_with_st_config(tmp_path / "d", {"prompts": {"q": "Represent: "}, "default_prompt_name": "q"})) \
+        == {"query": "Represent: ", "passage": "Represent: "}
+    with pytest.raises(ValueError, match="prompts: roles"):
+        TransformersEncoder(str(folder), prompts={"question": "q: "})
+    with pytest.raises(ValueError, match="include_prompt"):
+        model_prompts(_with_st_config(tmp_path / "e", {"prompts": {"query": "q: "}}, {"include_prompt": False}))
+    with pytest.raises(ValueError, match="prompts: the hashing encoder"):
+        make_encoder("hashing", prompts={"query": "q: "})
+
+
+def test_an_index_puts_the_prompts_before_questions_and_utterances(tmp_path, minilm):
+    from assomem_gpu import MemoryIndex
+
+    enc = TransformersEncoder(str(_with_st_config(tmp_path, {"prompts": {"query": "query: ", "passage": "passage: "}})))
+    index = MemoryIndex(enc)
+    index.add_sessions([{"id": "s1", "date": "2024-05-01", "utterances": [
+        {"speaker": "user", "text": "I moved to Lisbon in May."}, {"speaker": "assistant", "text": "Nice city!"}]}])
+    stored = index._state.emb.view  # what the index holds of its first utterance
+    assert np.abs(stored[0] - minilm.encode(["passage: user: I moved to Lisbon in May."])[0]).max() < 1e-6
+    found = index.search("where did I move?", k=2, question_date="2024-06-01")
+    again = index.search_embeddings(minilm.encode(["query: where did I move?"]), ["where did I move?"], k=2,
+                                    question_date="2024-06-01")[0]
+    assert [(h.utterance_id, round(h.score, 5)) for h in found] == [(h.utterance_id, round(h.score, 5)) for h in again]

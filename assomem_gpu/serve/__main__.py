@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from ..encode import RUNTIMES
+from ..encode import RUNTIMES, add_prompt_options
 from ..graph import CLUE_MERGES, STORE_CLUE_MERGE, GraphConfig
 from .models import MAX_BODY_BYTES
 
@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--encoder-runtime", default="auto", choices=RUNTIMES,
                    help="what runs the encoder (auto: onnxruntime on a CPU where installed, else torch; see "
                         "encode.encoder_runtime)")
+    add_prompt_options(p)
     p.add_argument("--admin-key", default=os.environ.get("ASSOMEM_ADMIN_KEY"), help="default $ASSOMEM_ADMIN_KEY")
     p.add_argument("--clue-merge", choices=CLUE_MERGES, default=STORE_CLUE_MERGE,
                    help="how δ-similar session clues merge (leaders: no chains, so a growing memory keeps small clues "
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from ..config import AssoMemConfig
-    from ..encode import encoder_runtime, make_encoder, resolve_model_path
+    from ..encode import encoder_runtime, make_encoder, prompt_options, resolve_model_path
     from ..llm import make_llm
     from ..store import MemoryStore, StoreError
     from .app import create_app
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             runtime, why = encoder_runtime(resolve_model_path(args.encoder), runtime=runtime)
             print(f"encoder runtime: {runtime} ({why})", file=sys.stderr)
         config = AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge))
-        encoder = make_encoder(args.encoder, cache=False, runtime=runtime)
+        encoder = make_encoder(args.encoder, cache=False, runtime=runtime, prompts=prompt_options(args))
         store = MemoryStore(args.data, encoder, config, device=args.device,
                             dated=not args.undated, max_loaded=args.max_loaded,
                             snapshot_every_s=args.snapshot_every_s)

@@ -13,6 +13,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..encode import add_prompt_options
+
 CHUNK = 200  # sessions per transaction on import
 
 
@@ -24,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         v = verbs.add_parser(name)
         v.add_argument("--data", required=True, help="the store's directory")
         v.add_argument("--encoder", default="all-MiniLM-L6-v2", help="the store's encoder ('hashing' for tests)")
+        add_prompt_options(v)
         if name != "stats":
             v.add_argument("--tenant", required=True)
     verbs.choices["import"].add_argument("--dataset", required=True, help="<format>:<path>, any loader format")
@@ -32,11 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     verbs.choices["export"].add_argument("--output", help="JSON Lines file (default: standard output)")
     args = p.parse_args(argv)
 
-    from ..encode import make_encoder
+    from ..encode import make_encoder, prompt_options
     from . import MemoryStore, StoreError
 
     try:
-        store = MemoryStore(args.data, make_encoder(args.encoder, cache=False), device="cpu",
+        store = MemoryStore(args.data, make_encoder(args.encoder, cache=False, prompts=prompt_options(args)), device="cpu",
                             dated=not getattr(args, "undated", False))
     except (StoreError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
