@@ -151,14 +151,17 @@ def _encoder_name(model: str, pooling: str, normalize: bool, max_length: int, pr
 
 
 PROMPT_ROLES = ("query", "passage")
-PASSAGE_PROMPT_NAMES = ("passage", "document", "corpus", "doc")  # what sentence-transformers models call theirs
+QUERY_PROMPT_NAMES = ("query", "search_query")  # what sentence-transformers configs call theirs, in the order
+PASSAGE_PROMPT_NAMES = ("document", "passage", "corpus", "search_document")  # its encode_query / encode_document
+# look them up (nomic-embed's are search_query and search_document)
 
 
 def model_prompts(path: Path, given: Mapping[str, str] | None = None) -> dict[str, str]:
     """The prompts (text put before each text) of the model in folder ``path``, by role: ``query`` for questions,
     ``passage`` for utterances and clues. From its sentence-transformers config (``config_sentence_transformers.json``:
-    ``prompts`` named ``query``, and ``passage``, ``document``, ``corpus`` or ``doc``; ``default_prompt_name``'s for a
-    role it names none), then ``given`` over them ('' for none); empty ones left out. ``ValueError`` for a role other
+    ``prompts`` named as in ``QUERY_PROMPT_NAMES`` and ``PASSAGE_PROMPT_NAMES``; ``default_prompt_name``'s for a role
+    it names none), then ``given`` over them ('' for none); empty ones left out. Many model cards (e5, bge) ask for
+    prefixes their configs do not hold: ``given`` is how they get them. ``ValueError`` for a role other
     than these, or for prompts on a model whose pooling leaves the prompt's tokens out (``include_prompt: false``:
     a prompt put before the text would be pooled with it)."""
     found: dict[str, str] = {}
@@ -167,7 +170,7 @@ def model_prompts(path: Path, given: Mapping[str, str] | None = None) -> dict[st
         data = json.loads(cfg.read_text())
         named = data.get("prompts") or {}
         default = named.get(data.get("default_prompt_name") or "", "")
-        found = {"query": named.get("query", default),
+        found = {"query": next((named[n] for n in QUERY_PROMPT_NAMES if n in named), default),
                  "passage": next((named[n] for n in PASSAGE_PROMPT_NAMES if n in named), default)}
     for role, text in (given or {}).items():
         if role not in PROMPT_ROLES or not isinstance(text, str):
@@ -177,7 +180,7 @@ def model_prompts(path: Path, given: Mapping[str, str] | None = None) -> dict[st
     pooling = path / "1_Pooling" / "config.json"
     if found and pooling.exists() and json.loads(pooling.read_text()).get("include_prompt") is False:
         raise ValueError(f"prompts: {path} pools without its prompt's tokens (include_prompt: false), which putting "
-                         "the prompt before the text cannot do")
+                         "the prompt before the text cannot do; pass '' for its prompts to read texts without them")
     return found
 
 
@@ -251,8 +254,8 @@ def text_encoder(model: str = DEFAULT_MODEL, device: str = "cpu", runtime: str =
     if chosen == "onnx":
         if device != "cpu":
             raise ValueError(f"runtime 'onnx' runs on the CPU, not on device {device!r}")
-        return OnnxEncoder(model, **{k: v for k, v in kwargs.items() if k in ("batch_size", "prompts")})  # the rest
-        # are torch's
+        onnx_options = {k: v for k, v in kwargs.items() if k in ("batch_size", "prompts")}  # the rest are torch's
+        return OnnxEncoder(model, **onnx_options)
     return TransformersEncoder(model, device=device, **kwargs)
 
 
@@ -499,7 +502,7 @@ def make_encoder(model: str = DEFAULT_MODEL, cache: bool = True, runtime: str = 
     """The encoder named ``model`` ('hashing' for the test encoder) on ``runtime`` (``text_encoder``), wrapped in the
     disk cache unless ``cache=False``."""
     if model == "hashing":
-        if kwargs.get("prompts"):
+        if any((kwargs.get("prompts") or {}).values()):
             raise ValueError("prompts: the hashing encoder reads texts without prompts")
         enc: Encoder = HashingEncoder()
     else:
@@ -517,4 +520,5 @@ def add_prompt_options(p: argparse.ArgumentParser) -> None:
 
 def prompt_options(args: argparse.Namespace) -> dict[str, str]:
     """The prompts ``add_prompt_options``'s options give (the model's own for the others)."""
-    return {role: getattr(args, f"{role}_prompt") for role in PROMPT_ROLES if getattr(args, f"{role}_prompt") is not None}
+    given = {role: getattr(args, f"{role}_prompt") for role in PROMPT_ROLES}
+    return {role: text for role, text in given.items() if text is not None}

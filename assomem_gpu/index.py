@@ -187,8 +187,9 @@ class MemoryIndex:
     def add_sessions(self, sessions: Iterable[Session | Mapping], embeddings: np.ndarray | None = None,
                      journal: Callable[[list, np.ndarray, np.ndarray], None] | None = None) -> None:
         """Add sessions (``Session`` records or dicts of the same fields). Their utterances are embedded as
-        ``"<speaker>: <text>"`` in batches, unless ``embeddings`` gives one row per utterance (all sessions'
-        utterances in order; rows are L2-normalised); each session's clue is made and embedded. Raises before any
+        ``"<speaker>: <text>"`` in batches (after the encoder's passage prompt, ``encode.prompted``), unless
+        ``embeddings`` gives one row per utterance (all sessions' utterances in order, read with the same prompt; rows
+        are L2-normalised); each session's clue is made and embedded. Raises before any
         change if any session is bad. ``journal(records, vectors, clue_vectors)``, when given, runs under the write
         lock once every check has passed and before the index changes (a store commits the write there): if it
         raises, nothing changes."""
@@ -312,7 +313,8 @@ class MemoryIndex:
     def search_embeddings(self, embeddings: np.ndarray, texts: Sequence[str] | None = None, k: int = 10,
                           question_date: Any = None, sessions: Iterable[str] | None = None, since: Any = None,
                           until: Any = None) -> list[list[Hit]]:
-        """``search`` for questions given as vectors (B, dim); ``texts`` (optional) feed BM25 and time expressions."""
+        """``search`` for questions given as vectors (B, dim), read as ``search`` reads them (after the encoder's query
+        prompt, ``encode.prompted``); ``texts`` (optional, without the prompt) feed BM25 and time expressions."""
         emb = np.asarray(embeddings)
         emb = _vectors(emb[None] if emb.ndim == 1 else emb, "embeddings", None, self.dim)
         if texts is None:

@@ -194,8 +194,12 @@ def test_an_encoder_reads_texts_with_its_models_prompts(tmp_path, minilm):
     assert CachedEncoder(enc, EmbeddingCache(tmp_path / "c.sqlite")).prompts == enc.prompts
     # given prompts go over the model's, '' for none; a model's default prompt covers the roles it names none for
     assert TransformersEncoder(str(folder), prompts={"query": ""}).prompts == {"passage": "passage: "}
-    assert model_prompts(_with_st_config(tmp_path / "d", {"prompts": {"q": "Represent: "}, "default_prompt_name": "q"})) \
-        == {"query": "Represent: ", "passage": "Represent: "}
+    default = _with_st_config(tmp_path / "d", {"prompts": {"q": "Represent: "}, "default_prompt_name": "q"})
+    assert model_prompts(default) == {"query": "Represent: ", "passage": "Represent: "}
+    nomic = _with_st_config(tmp_path / "n", {"prompts": {"search_query": "search_query: ",
+                                                          "search_document": "search_document: "}})
+    assert model_prompts(nomic) == {"query": "search_query: ", "passage": "search_document: "}
+    assert make_encoder("hashing", cache=False, prompts={"query": ""}).name.startswith("hashing")  # '' is none
     with pytest.raises(ValueError, match="prompts: roles"):
         TransformersEncoder(str(folder), prompts={"question": "q: "})
     with pytest.raises(ValueError, match="include_prompt"):

@@ -40,9 +40,9 @@ def hit_out(hit: Hit) -> dict:
 
 class _LimitAndTime:
     """ASGI middleware: a body declared over ``max_body_bytes`` gets 413 before it is read, and every HTTP request's
-    latency goes to ``latency`` by route, method and status. Plain ASGI rather than Starlette's ``BaseHTTPMiddleware``,
-    which runs each request in a task of its own with its body streamed through queues (~15% of the event loop's
-    time under load)."""
+    latency, to the end of its response, goes to ``latency`` by route, method and status. Plain ASGI rather than
+    Starlette's ``BaseHTTPMiddleware``, which runs each request in a task of its own with its body streamed through
+    queues."""
 
     def __init__(self, app, max_body_bytes: int, latency: Histogram):
         self.app, self.max_body_bytes, self.latency = app, max_body_bytes, latency
@@ -73,8 +73,8 @@ class _LimitAndTime:
 def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BODY_BYTES,
                batch_wait_s: float = 0.0, llm: str = "smollm2", max_answers: int = 4) -> FastAPI:
     """The service for ``store``; ``admin_key`` guards tenant and key management; concurrent searches of a tenant
-    gather into one engine call while the tenant's previous one runs, and for ``batch_wait_s`` seconds more (default 0) (``batching.SearchBatcher``); ``/v1/answer``
-    answers with ``llm`` (a ``llm.make_llm`` spec, its weights loaded on the first answer), at most ``max_answers``
+    gather into one engine call while the tenant's previous one runs, and for ``batch_wait_s`` seconds more (default
+    0; ``batching.SearchBatcher``); ``/v1/answer`` answers with ``llm`` (a ``llm.make_llm`` spec, its weights loaded on the first answer), at most ``max_answers``
     at once (more: 429), so that answers never hold every worker thread. The app owns the store: it warms it up
     (``MemoryStore.warm_up``) before it takes requests and closes it (snapshots written) when the server stops."""
     if not admin_key:

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     from . import MemoryStore, StoreError
 
     try:
-        store = MemoryStore(args.data, make_encoder(args.encoder, cache=False, prompts=prompt_options(args)), device="cpu",
+        encoder = make_encoder(args.encoder, cache=False, prompts=prompt_options(args))
+        store = MemoryStore(args.data, encoder, device="cpu",
                             dated=not getattr(args, "undated", False))
     except (StoreError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
