@@ -151,9 +151,10 @@ def _encoder_name(model: str, pooling: str, normalize: bool, max_length: int, pr
 
 
 PROMPT_ROLES = ("query", "passage")
-QUERY_PROMPT_NAMES = ("query", "search_query")  # what sentence-transformers configs call theirs, in the order
-PASSAGE_PROMPT_NAMES = ("document", "passage", "corpus", "search_document")  # its encode_query / encode_document
-# look them up (nomic-embed's are search_query and search_document)
+# what sentence-transformers configs name each role's prompt, in the order its encode_query and encode_document look
+# them up (nomic-embed's are search_query and search_document)
+QUERY_PROMPT_NAMES = ("query", "search_query")
+PASSAGE_PROMPT_NAMES = ("document", "passage", "corpus", "search_document")
 
 
 def model_prompts(path: Path, given: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -161,9 +162,9 @@ def model_prompts(path: Path, given: Mapping[str, str] | None = None) -> dict[st
     ``passage`` for utterances and clues. From its sentence-transformers config (``config_sentence_transformers.json``:
     ``prompts`` named as in ``QUERY_PROMPT_NAMES`` and ``PASSAGE_PROMPT_NAMES``; ``default_prompt_name``'s for a role
     it names none), then ``given`` over them ('' for none); empty ones left out. Many model cards (e5, bge) ask for
-    prefixes their configs do not hold: ``given`` is how they get them. ``ValueError`` for a role other
-    than these, or for prompts on a model whose pooling leaves the prompt's tokens out (``include_prompt: false``:
-    a prompt put before the text would be pooled with it)."""
+    prefixes their configs do not hold: ``given`` is how they get them. ``ValueError`` for a role other than these,
+    or for prompts on a model whose pooling leaves the prompt's tokens out (``include_prompt: false``: a prompt put
+    before the text would be pooled with it)."""
     found: dict[str, str] = {}
     cfg = path / "config_sentence_transformers.json"
     if cfg.exists():

@@ -74,8 +74,9 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
                batch_wait_s: float = 0.0, llm: str = "smollm2", max_answers: int = 4) -> FastAPI:
     """The service for ``store``; ``admin_key`` guards tenant and key management; concurrent searches of a tenant
     gather into one engine call while the tenant's previous one runs, and for ``batch_wait_s`` seconds more (default
-    0; ``batching.SearchBatcher``); ``/v1/answer`` answers with ``llm`` (a ``llm.make_llm`` spec, its weights loaded on the first answer), at most ``max_answers``
-    at once (more: 429), so that answers never hold every worker thread. The app owns the store: it warms it up
+    0; ``batching.SearchBatcher``); ``/v1/answer`` answers with ``llm`` (a ``llm.make_llm`` spec, its weights loaded
+    on the first answer), at most ``max_answers`` at once (more: 429), so that answers never hold every worker
+    thread. The app owns the store: it warms it up
     (``MemoryStore.warm_up``) before it takes requests and closes it (snapshots written) when the server stops."""
     if not admin_key:
         raise ValueError("admin_key: must be a non-empty string")

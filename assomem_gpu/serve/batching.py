@@ -2,9 +2,8 @@
 
 The first request of a group (same tenant, same filters) waits for the tenant's previous batch to finish, while
 others join (so batches grow with the load, and a lone request waits for nothing), and ``wait_s`` seconds more
-where set; then it runs every
-gathered question in one ``MemoryStore.search`` (k the largest asked, each question with its own date) and
-hands each request its own hits, cut to its k. A batch is what makes a GPU pay off under load; on the CPU it shares
+where set; then it runs every gathered question in one ``MemoryStore.search`` (k the largest asked, each question
+with its own date) and hands each request its own hits, cut to its k. A batch is what makes a GPU pay off under load; on the CPU it shares
 one relevance product and one PPR iteration among the requests. If the batched call fails, each request runs alone,
 so an error reaches only the request that caused it.
 """
