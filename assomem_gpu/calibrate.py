@@ -93,7 +93,7 @@ def memory_features(method: AssoMem, data: EmbeddedDataset, group: Sequence[int]
 
 def main(argv: list[str] | None = None) -> int:
     from .cli_options import add_assomem_options, add_cluster_option
-    from .encode import DEFAULT_MODEL, add_prompt_options
+    from .encode import DEFAULT_MODEL, ENCODER_HELP, add_prompt_options
 
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.calibrate", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, help="calibrate on a seeded sample of this many questions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--haystack-sessions", type=int, help="grow LongMemEval haystacks to this many sessions")
-    p.add_argument("--encoder", default=DEFAULT_MODEL)
+    p.add_argument("--encoder", default=DEFAULT_MODEL, help=ENCODER_HELP)
     add_prompt_options(p)
     p.add_argument("--quiet", action="store_true")
     add_cluster_option(p)

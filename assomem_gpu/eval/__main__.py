@@ -12,7 +12,7 @@ from ..backend import get_backend
 from ..cli_options import ALL_METHODS, add_assomem_options, add_cluster_option, build_methods, check_writable
 from ..cluster import Workers, connect, worker_peak_rss_mb
 from ..data import load_dataset
-from ..encode import DEFAULT_MODEL, add_prompt_options, make_encoder, prompt_options
+from ..encode import DEFAULT_MODEL, ENCODER_HELP, add_prompt_options, make_encoder, prompt_options
 from ..retrieve import EmbeddedDataset
 from ..rss import peak_rss_mb
 from .metrics import DEFAULT_KS
@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                       "NAME.<method>.jsonl)")
     p.add_argument("--depth", type=int, default=100, help="ranking length kept and exported (at least 50)")
     p.add_argument("--output", help="write results as JSON here")
-    p.add_argument("--encoder", default=DEFAULT_MODEL, help="sentence-embedding model id or local path ('hashing' for tests)")
+    p.add_argument("--encoder", default=DEFAULT_MODEL, help=ENCODER_HELP)
     add_prompt_options(p)
     p.add_argument("--batch-size", type=int, default=64, help="questions per retrieval batch")
     p.add_argument("--plot", help="write R@k curves and R@10 per question type here (PNG)")

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from ..encode import RUNTIMES, add_prompt_options
+from ..encode import ENCODER_HELP, RUNTIMES, add_prompt_options
 from ..graph import CLUE_MERGES, STORE_CLUE_MERGE, GraphConfig
 from .models import MAX_BODY_BYTES
 
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--encoder", default="all-MiniLM-L6-v2", help="model id or folder ('hashing': the test encoder)")
+    p.add_argument("--encoder", default="all-MiniLM-L6-v2", help=ENCODER_HELP)
     p.add_argument("--encoder-runtime", default="auto", choices=RUNTIMES,
                    help="what runs the encoder (auto: onnxruntime on a CPU where installed, else torch; see "
                         "encode.encoder_runtime)")
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from ..config import AssoMemConfig
-    from ..encode import encoder_runtime, make_encoder, prompt_options, resolve_model_path
+    from ..encode import make_encoder, model_runtime, prompt_options
     from ..llm import make_llm
     from ..store import MemoryStore, StoreError
     from .app import create_app
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runtime = args.encoder_runtime
         if args.encoder != "hashing":  # chosen once, printed, then built as chosen
-            runtime, why = encoder_runtime(resolve_model_path(args.encoder), runtime=runtime)
+            runtime, why = model_runtime(args.encoder, runtime=runtime)
             print(f"encoder runtime: {runtime} ({why})", file=sys.stderr)
         config = AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge))
         encoder = make_encoder(args.encoder, cache=False, runtime=runtime, prompts=prompt_options(args))

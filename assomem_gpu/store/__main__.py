@@ -13,7 +13,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..encode import add_prompt_options
+from ..encode import ENCODER_HELP, add_prompt_options
 
 CHUNK = 200  # sessions per transaction on import
 
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("import", "export", "stats"):
         v = verbs.add_parser(name)
         v.add_argument("--data", required=True, help="the store's directory")
-        v.add_argument("--encoder", default="all-MiniLM-L6-v2", help="the store's encoder ('hashing' for tests)")
+        v.add_argument("--encoder", default="all-MiniLM-L6-v2", help=f"the store's encoder: {ENCODER_HELP}")
         add_prompt_options(v)
         if name != "stats":
             v.add_argument("--tenant", required=True)
