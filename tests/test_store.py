@@ -299,10 +299,10 @@ def test_every_acknowledged_write_survives_kill_9(tmp_path):
 
 
 def test_concurrent_searches_share_one_engine_call_and_get_their_own_answers(tmp_path):
-    """The service's micro-batching (serve/batching.py) over a real store: 12 threads at once, each with its own
-    questions, k and date; every answer equals the search run alone; fewer engine calls than requests; a bad
-    request fails alone."""
-    import threading
+    """The service's micro-batching (serve/batching.py) over a real store: 12 requests at once, each with its own
+    questions, k and date; every answer equals the search run alone; one engine call for all; a bad request fails
+    alone; a cancelled request leaves the others their answers."""
+    import asyncio
 
     pytest.importorskip("fastapi")
     from assomem_gpu.serve.batching import SearchBatcher
@@ -311,35 +311,30 @@ def test_concurrent_searches_share_one_engine_call_and_get_their_own_answers(tmp
     with MemoryStore(tmp_path, HashingEncoder(), config, device="cpu") as store:
         store.create_tenant("t")
         store.add_sessions("t", [session(f"s{i}", i) for i in range(20)])
-        batcher = SearchBatcher(store, wait_s=0.2)
+        batcher = SearchBatcher(store, wait_s=0.05)
         asks = [([f"{WORDS[i % 12]} {WORDS[(i * 5) % 12]}", WORDS[(i + 3) % 12]], 1 + i % 6, f"2024-02-{1 + i:02d}")
                 for i in range(12)]
 
-        def together(asked):
-            got: dict[int, object] = {}
+        def alone(questions, k, date):
+            return [[h.utterance_id for h in q] for q in store.search("t", questions, k=k, question_date=date)]
 
-            def ask(i):
-                try:
-                    got[i] = batcher.search("t", *asked[i])
-                except ValueError as exc:
-                    got[i] = exc
+        async def together(asked, cancel=None):
+            tasks = [asyncio.create_task(batcher.search("t", *a)) for a in asked]
+            if cancel is not None:
+                await asyncio.sleep(0)
+                tasks[cancel].cancel()
+            return await asyncio.gather(*tasks, return_exceptions=True)
 
-            threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(asked))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            return got
-
-        got = together(asks)
-        assert batcher.requests == 12 and batcher.batches <= 3  # the threads start within the 200 ms window
-        for i, (questions, k, date) in enumerate(asks):
-            alone = store.search("t", questions, k=k, question_date=date)
-            assert [[h.utterance_id for h in q] for q in got[i]] == [[h.utterance_id for h in q] for q in alone]
-        got = together([asks[0], (["kiwi"], 3, "not a date"), asks[1]])
+        got = asyncio.run(together(asks))
+        assert batcher.requests == 12 and batcher.batches == 1
+        for found, ask in zip(got, asks):
+            assert [[h.utterance_id for h in q] for q in found] == alone(*ask)
+        got = asyncio.run(together([asks[0], (["kiwi"], 3, "not a date"), asks[1]]))
         assert isinstance(got[1], ValueError) and "question_date" in str(got[1])
-        assert [[h.utterance_id for h in q] for q in got[2]] == \
-            [[h.utterance_id for h in q] for q in store.search("t", asks[1][0], k=asks[1][1], question_date=asks[1][2])]
+        assert [[h.utterance_id for h in q] for q in got[2]] == alone(*asks[1])
+        got = asyncio.run(together(asks[:3], cancel=0))  # the request whose arrival started the batch leaves
+        assert isinstance(got[0], asyncio.CancelledError)
+        assert [[[h.utterance_id for h in q] for q in found] for found in got[1:]] == [alone(*a) for a in asks[1:3]]
         assert "t" in batcher._engine
         batcher.forget("t")  # a deleted tenant leaves nothing behind in the batcher
         assert "t" not in batcher._engine

@@ -6,8 +6,9 @@ for its sessions and searches (the key names the tenant, so no route can reach a
 tenant's ids are simply not found, 404), the admin key for tenants and keys. Missing key: 401; a key of the wrong
 kind or unknown: 403. Bad input: 422 naming the field; a body over the limit: 413; an answer when the LLM cannot be
 loaded or reached: 503, and past ``max_answers`` at once: 429. A 2xx on a write means the write is on disk, whole.
-Routes are plain functions, so encoding, searching and generating run in FastAPI's worker threads, off the event
-loop.
+Routes are plain functions, so writing, generating and reading SQLite run in FastAPI's worker threads, off the event
+loop; a search awaits its batch on the loop, and the batch's engine call (encoding and ranking) runs in a worker
+thread (``batching.SearchBatcher``).
 """
 from __future__ import annotations
 
@@ -205,9 +206,9 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
         return Response(status_code=204)
 
     @app.post("/v1/search", response_model=SearchOut)
-    def search(body: Search, name: str = Depends(tenant)) -> SearchOut:
-        try:
-            found = batcher.search(name, body.questions, k=body.k, question_date=body.question_date,
+    async def search(body: Search, name: str = Depends(tenant)) -> SearchOut:
+        try:  # awaits its batch on the event loop; the batch's engine call runs in a worker thread
+            found = await batcher.search(name, body.questions, k=body.k, question_date=body.question_date,
                                    sessions=body.sessions, since=body.since, until=body.until)
         except (ValueError, TypeError) as exc:
             raise bad_input(exc) from exc
