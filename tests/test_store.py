@@ -110,6 +110,39 @@ def test_a_restart_brings_the_newest_snapshot_up_to_date_without_encoding_anythi
     assert [p.name for p in (tmp_path / "snapshots").iterdir()] == ["1-3.npz"]
 
 
+def test_warm_up_preloads_the_tenants_snapshotted_last_and_a_tenant_loads_once(tmp_path):
+    """After a restart, ``warm_up`` loads (in the background) the indexes of the tenants whose snapshots were
+    written last, at most ``max_loaded``, newest first; they answer as a fresh load does. Threads that ask for a
+    tenant while it loads wait for that one load."""
+    import threading
+
+    with open_store(tmp_path) as store:
+        for name in ("a", "b", "c", "d"):
+            store.create_tenant(name)
+            store.add_sessions(name, [session(f"{name}{i}", i + ord(name)) for i in range(5)])
+    with open_store(tmp_path, snapshot_every_s=None) as store:  # "d" written after its snapshot: stale, still picked
+        store.add_sessions("d", [session("d-new", 3)])
+        del store._loaded["d"]  # as after a crash: its newest snapshot is one commit behind
+    want = {name: hits(open_store(tmp_path, snapshot_every_s=None), name) for name in "abcd"}
+    for age, name in enumerate("cadb"):  # snapshot mtimes: c newest, then a, d, b
+        for path in (tmp_path / "snapshots").glob(f"{ord(name) - ord('a') + 1}-*.npz"):
+            os.utime(path, (time.time() - 100 * (age + 1),) * 2)
+    with open_store(tmp_path, max_loaded=3, snapshot_every_s=None) as store:
+        store.warm_up()
+        store._preloader.join()
+        assert list(store._loaded) == ["d", "a", "c"]  # least recently used first: c, snapshotted last, goes last
+        assert {name: hits(store, name) for name in "abcd"} == want
+    with open_store(tmp_path, snapshot_every_s=None) as store:
+        loads, real = [], store._load
+        store._load = lambda tenant_id: loads.append(tenant_id) or real(tenant_id)
+        threads = [threading.Thread(target=store.index, args=("b",)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(loads) == 1 and store.loaded() == 1
+
+
 def test_background_snapshots_follow_the_writes_and_a_delete_drops_them_before_it_commits(tmp_path):
     def snapshots():
         return sorted(p.name for p in (tmp_path / "snapshots").iterdir())
