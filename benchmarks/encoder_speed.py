@@ -5,9 +5,10 @@
                                        [--output benchmarks/results/encoder_speed.json]
 
 For each encoder (an ``encode.make_encoder`` name, on its default runtime, no cache): texts per second over
-``--texts`` utterances drawn (seeded) from the dataset, each read with the encoder's passage prompt, and the median
-milliseconds of 30 lone questions with its query prompt (a search's encoding when nothing else is asked). Ratios to
-the first encoder are printed and stored beside the figures.
+``--texts`` utterances drawn (seeded) from the dataset, each as an index embeds it ("<speaker>: <text>") after the
+encoder's passage prompt, in one call, and the median milliseconds of 30 lone questions with its query prompt (a
+search's encoding when nothing else is asked). Each encoder reads up to its own maximum length (MiniLM 256 tokens,
+e5 512), as it does in use. Ratios to the first encoder are printed and stored beside the figures.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", default="meetingqa:../shared/data/meetingqa/meeting_qa_raw.json")
     p.add_argument("--output", default="benchmarks/results/encoder_speed.json")
     args = p.parse_args(argv)
-    utterances = load_dataset(args.dataset).bank.utt_texts
+    utterances = load_dataset(args.dataset).bank.encoded_texts()
     texts = random.Random(args.seed).sample(utterances, min(args.texts, len(utterances)))
     rows = {name: measure(name, texts) for name in args.encoders}
     first = rows[args.encoders[0]]

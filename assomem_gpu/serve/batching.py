@@ -5,7 +5,7 @@ the load, and a lone request waits for nothing), and ``wait_s`` seconds more whe
 worker thread, runs every gathered question in one ``MemoryStore.search`` (k the largest asked, each question with
 its own date) and each request gets its own hits, cut to its k. A batch is what makes a GPU pay off under load; on
 the CPU it shares one relevance product and one PPR iteration among the requests. Requests wait on the event loop,
-so only the engine call takes a thread: a burst of requests is not a burst of thread hand-offs. If the batched call
+so only the engine call takes a worker thread: a burst of requests is not a burst of blocked threads. If the batched call
 fails, each request runs alone, so an error reaches only the request that caused it.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ class SearchBatcher:
         self.store, self.wait_s, self.max_questions = store, wait_s, max_questions
         self.requests = self.batches = 0
         self._groups: dict[tuple, list[_Request]] = {}
-        self._engine: dict[str, asyncio.Lock] = {}  # per tenant: one batch at a time, the next one gathers meanwhile
+        self._engine: dict[str, asyncio.Lock] = {}  # tenants with batches in flight: one at a time, the next gathers
         self._running: set[asyncio.Task] = set()  # batches in flight (the loop keeps only weak references)
 
     async def search(self, tenant: str, questions: list[str], k: int, question_date: Any = None,
@@ -62,22 +62,24 @@ class SearchBatcher:
             raise request.error
         return request.hits
 
-    def forget(self, tenant: str) -> None:
-        """Drop what the batcher keeps for a tenant (once it is deleted)."""
-        self._engine.pop(tenant, None)
-
     async def _batch(self, tenant: str, key: tuple, filters: dict) -> None:
-        if self.wait_s:
-            await asyncio.sleep(self.wait_s)
-        async with self._engine.setdefault(tenant, asyncio.Lock()):  # this group gathers while the previous runs
-            batch = self._groups.pop(key)
-            try:
-                self.batches += await run_in_threadpool(self._answer, tenant, batch, filters)
-            finally:
-                for r in batch:
-                    if r.hits is None and r.error is None:
-                        r.error = RuntimeError("search: the batch it was in did not finish")
-                    r.done.set()
+        batch: list[_Request] = []
+        try:
+            if self.wait_s:
+                await asyncio.sleep(self.wait_s)
+            async with self._engine.setdefault(tenant, asyncio.Lock()):  # the group gathers while the previous runs
+                batch = self._groups.pop(key)
+                calls = await run_in_threadpool(self._answer, tenant, batch, filters)
+                self.batches += calls
+        finally:  # whatever happened, every request of the group gets its answer or an error
+            batch = batch or self._groups.pop(key, [])
+            for r in batch:
+                if r.hits is None and r.error is None:
+                    r.error = RuntimeError("search: the batch it was in did not finish")
+                r.done.set()
+            lock = self._engine.get(tenant)
+            if lock is not None and not lock.locked() and not any(k[0] == tenant for k in self._groups):
+                del self._engine[tenant]  # nothing of the tenant's in flight, so nothing of it is kept
 
     def _answer(self, tenant: str, batch: list[_Request], filters: dict) -> int:
         """Answers ``batch`` in engine calls of consecutive requests, up to ``max_questions`` questions each; returns

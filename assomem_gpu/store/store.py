@@ -29,7 +29,7 @@ import numpy as np
 from ..backend import Backend, get_backend
 from ..clues import keyword_clue
 from ..config import AssoMemConfig
-from ..encode import DEFAULT_MODEL, Encoder, text_encoder
+from ..encode import DEFAULT_MODEL, Encoder, prompted, text_encoder
 from ..fusion import FusionModel, default_fusion
 from ..graph import STORE_CLUE_MERGE, GraphConfig
 from ..index import Answer, MemoryIndex, Session
@@ -224,14 +224,14 @@ class MemoryStore:
         they would compete for the same cores and the interpreter's lock, and the store is ready without them)."""
         if self.config.clue_mode == "keywords":
             threading.Thread(target=keyword_clue, args=(["warm up"],), name="assomem-words", daemon=True).start()
-        self.encoder.encode(["warm up"])
+        self.encoder.encode(prompted(self.encoder, "query", ["warm up"]))
         if self._preloader is None:
             self._preloader = threading.Thread(target=self.preload, name="assomem-preload", daemon=True)
             self._preloader.start()
 
     def preload(self) -> list[str]:
-        """Load the indexes of the tenants whose snapshots were written last (those in use when the store was last
-        closed or snapshotted; at most ``max_loaded``), and search each once with a placeholder vector, so that their
+        """Load the indexes of the tenants whose snapshots were saved last (by ``close``, an eviction or the background
+        snapshots: the tenants last in memory; at most ``max_loaded``), and search each once with a placeholder vector, so that their
         first searches after a restart wait neither for the snapshot (~0.5 s at 2,500 sessions) nor for the engine's
         compiled kernels to load (~0.5 s, once a process). A tenant without a snapshot is left to its first use (it
         is rebuilt from rows). Returns the names loaded, most recent first."""
@@ -251,7 +251,7 @@ class MemoryStore:
                 break
             try:
                 index = self.index(name)
-            except ValueError:  # deleted meanwhile
+            except KeyError:  # deleted meanwhile
                 continue
             if len(index):
                 index.search_embeddings(np.full(index.dim, index.dim ** -0.5, np.float32), k=1)
@@ -344,41 +344,53 @@ class MemoryStore:
     def _index(self, name: str) -> tuple[int, MemoryIndex]:
         tenant_id = self._tenant_id(name)
         with self._lock:
-            if name in self._loaded:
-                self._loaded.move_to_end(name)
-                return self._loaded[name]
+            held = self._held(name, tenant_id)
+            if held is not None:
+                return held
             loading = self._loading.setdefault(name, threading.Lock())
+        evicted: list[tuple[str, int, MemoryIndex]] = []
         with loading:  # a search that arrives while the tenant loads waits for that load instead of making another
             with self._lock:
-                if name in self._loaded:
-                    self._loaded.move_to_end(name)
-                    return self._loaded[name]
-            index = self._load(tenant_id)
-            commits = self._commits(tenant_id)
-            return self._hold(name, tenant_id, index, commits)
-
-    def _hold(self, name: str, tenant_id: int, index: MemoryIndex, commits: int | None) -> tuple[int, MemoryIndex]:
-        """Keep a loaded index, evicting the least recently used past ``max_loaded`` (their snapshots written unless
-        a write holds them); not if the tenant was deleted while it loaded (``commits`` None)."""
-        if commits is None:
-            return tenant_id, index
-        with self._lock:
-            found = self._loaded.setdefault(name, (tenant_id, index))
-            self._loaded.move_to_end(name)
-            if found[1] is index and not self._snapshot(tenant_id, commits).exists():
-                self._behind.add(name)  # brought up to date from an older snapshot, or rebuilt
-            evicted = []
-            while len(self._loaded) > self.max_loaded:
-                old_name, (old_id, old) = self._loaded.popitem(last=False)
-                evicted.append((old_name, old_id, old))
-        for old_name, old_id, old in evicted:
+                held = self._held(name, tenant_id)
+            if held is None:
+                index = self._load(tenant_id)
+                commits = self._commits(tenant_id)
+                with self._lock:
+                    if commits is None or self._loading.get(name) is not loading:  # deleted while it loaded: not kept
+                        return tenant_id, index
+                    held, evicted = (tenant_id, index), self._keep(name, tenant_id, index, commits)
+        for old_name, old_id, old in evicted:  # after the load: its waiters do not wait for other tenants' snapshots
             writing = self._tenant(old_name)
             if writing.acquire(blocking=False):  # busy: skip the snapshot (rebuilt from rows), never wait on it
                 try:
                     self._save(old_id, old)
                 finally:
                     writing.release()
-        return found
+        return held
+
+    def _held(self, name: str, tenant_id: int) -> tuple[int, MemoryIndex] | None:
+        """The tenant's loaded index, now the most recently used, or None; an index held under the name for a deleted
+        tenant (the name taken again since) is dropped. The caller holds ``_lock``."""
+        held = self._loaded.get(name)
+        if held is not None and held[0] != tenant_id:
+            del self._loaded[name]
+            self._behind.discard(name)
+            held = None
+        if held is not None:
+            self._loaded.move_to_end(name)
+        return held
+
+    def _keep(self, name: str, tenant_id: int, index: MemoryIndex, commits: int) -> list[tuple[str, int, MemoryIndex]]:
+        """Hold a loaded index as the most recently used; returns those evicted past ``max_loaded``, least recently
+        used first. The caller holds ``_lock``."""
+        self._loaded[name] = (tenant_id, index)
+        if not self._snapshot(tenant_id, commits).exists():
+            self._behind.add(name)  # brought up to date from an older snapshot, or rebuilt
+        evicted = []
+        while len(self._loaded) > self.max_loaded:
+            old_name, (old_id, old) = self._loaded.popitem(last=False)
+            evicted.append((old_name, old_id, old))
+        return evicted
 
     def _snapshot(self, tenant_id: int, commits: int) -> Path:
         return self.directory / "snapshots" / f"{tenant_id}-{commits}.npz"
@@ -434,13 +446,16 @@ class MemoryStore:
         return index
 
     def _save(self, tenant_id: int, index: MemoryIndex) -> None:
-        """Write the index's snapshot under the commit it holds, unless it is there (a deleted tenant has none).
-        The caller holds the tenant's write lock, so a delete cannot pass between the check and the write."""
+        """Write the index's snapshot under the commit it holds, or touch it if it is there, so that its time says when
+        the tenant was last saved from memory (a deleted tenant has none). The caller holds the tenant's write lock,
+        so a delete cannot pass between the check and the write."""
         commits = self._commits(tenant_id)
         if commits is None:
             return
         path = self._snapshot(tenant_id, commits)
-        if not path.exists():
+        if path.exists():
+            path.touch()  # its time says when the tenant was last in memory (``preload`` picks by it)
+        else:
             index.save(path)
         self._drop_snapshots(tenant_id, keep=path)
 
