@@ -126,8 +126,8 @@ def load(url: str, key: str, clients: int, seconds: float, questions: list[str],
     server_cpu, client_cpu = cpu_s(server_pid) - server_t0, cpu_s(os.getpid()) - client_t0
     steal, total = (now - then for now, then in zip(cpu_times(), (steal_t0, total_t0)))
     ms = 1000 * np.asarray(latencies)
-    return {"clients": clients, "searches": len(ms), "errors": len(errors), "first_error": errors[0] if errors else None,
-            "p50_ms": round(float(np.percentile(ms, 50)), 2),
+    return {"clients": clients, "searches": len(ms), "errors": len(errors),
+            "first_error": errors[0] if errors else None, "p50_ms": round(float(np.percentile(ms, 50)), 2),
             "p99_ms": round(float(np.percentile(ms, 99)), 2), "searches_per_s": round(len(ms) / wall, 1),
             "server_cpu_ms_per_search": round(1000 * server_cpu / len(ms), 2),
             "client_cpu_ms_per_search": round(1000 * client_cpu / len(ms), 2),

@@ -5,8 +5,8 @@ the load, and a lone request waits for nothing), and ``wait_s`` seconds more whe
 worker thread, runs every gathered question in one ``MemoryStore.search`` (k the largest asked, each question with
 its own date) and each request gets its own hits, cut to its k. A batch is what makes a GPU pay off under load; on
 the CPU it shares one relevance product and one PPR iteration among the requests. Requests wait on the event loop,
-so only the engine call takes a worker thread: a burst of requests is not a burst of blocked threads. If the batched call
-fails, each request runs alone, so an error reaches only the request that caused it.
+so only the engine call takes a worker thread: a burst of requests is not a burst of blocked threads. If the
+batched call fails, each request runs alone, so an error reaches only the request that caused it.
 """
 from __future__ import annotations
 

@@ -230,11 +230,11 @@ class MemoryStore:
             self._preloader.start()
 
     def preload(self) -> list[str]:
-        """Load the indexes of the tenants whose snapshots were saved last (by ``close``, an eviction or the background
-        snapshots: the tenants last in memory; at most ``max_loaded``), and search each once with a placeholder vector, so that their
-        first searches after a restart wait neither for the snapshot (~0.5 s at 2,500 sessions) nor for the engine's
-        compiled kernels to load (~0.5 s, once a process). A tenant without a snapshot is left to its first use (it
-        is rebuilt from rows). Returns the names loaded, most recent first."""
+        """Load the indexes of the tenants whose snapshots were saved last (by ``close``, an eviction or the
+        background snapshots: the tenants last in memory; at most ``max_loaded``), and search each once with a
+        placeholder vector, so that their first searches after a restart wait neither for the snapshot (~0.5 s at
+        2,500 sessions) nor for the engine's compiled kernels to load (~0.5 s, once a process). A tenant without a
+        snapshot is left to its first use (it is rebuilt from rows). Returns the names loaded, most recent first."""
         with self._db_lock:
             names = dict(self._db.execute("SELECT id, name FROM tenants").fetchall())
         newest: dict[str, float] = {}
