@@ -129,17 +129,23 @@ def test_answers_come_from_the_tenants_own_memory(server, llama_server):
 def test_answers_are_bounded_and_a_failing_llm_is_a_503(tmp_path, llm_proxy):
     """In front of the real LLM server, a proxy that is slow (each reply 2 s late) or down (500s): with one answer at
     a time allowed, a second concurrent one is refused (429) while every other route answers; with the LLM down, an
-    answer is a 503 once the client's retries are spent, and the server stays up."""
+    answer is a 503 once the client's retries are spent, and the server stays up. With one question allowed to wait
+    for its search, a search of two is refused (429) and one of one is answered."""
     import threading
 
     llm_proxy.mode = "slow"
     port = free_port()
-    proc = start(tmp_path, port, f"openai:{llm_proxy.url}#smollm2", "--max-answers", "1")
+    proc = start(tmp_path, port, f"openai:{llm_proxy.url}#smollm2", "--max-answers", "1", "--max-waiting", "1")
     try:
         url = f"http://127.0.0.1:{port}"
         key = MemoryClient(url, ADMIN).create_tenant("bounded")
         with MemoryClient(url, key) as memory:
             memory.add_sessions([session("pets", "My cat is called Miso.")])
+            assert memory.search("cat", k=1)[0].session_id == "pets"
+        two = httpx.post(f"{url}/v1/search", json={"questions": ["cat", "Miso"]},
+                         headers={"Authorization": f"Bearer {key}"})
+        assert two.status_code == 429 and two.headers["Retry-After"] == "1"
+        assert two.json()["detail"] == "search: 0 questions are waiting, at most 1; retry later"
         ask = {"json": {"question": "What is my cat called?", "max_new_tokens": 8},
                "headers": {"Authorization": f"Bearer {key}"}, "timeout": 120}
         codes = []

@@ -355,7 +355,7 @@ def test_concurrent_searches_share_one_engine_call_and_get_their_own_answers(tmp
     import asyncio
 
     pytest.importorskip("fastapi")
-    from assomem_gpu.serve.batching import SearchBatcher
+    from assomem_gpu.serve.batching import Busy, SearchBatcher
 
     config = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3), tol=1e-10)
     with MemoryStore(tmp_path, HashingEncoder(), config, device="cpu") as store:
@@ -382,9 +382,23 @@ def test_concurrent_searches_share_one_engine_call_and_get_their_own_answers(tmp
         got = asyncio.run(together([asks[0], (["kiwi"], 3, "not a date"), asks[1]]))
         assert isinstance(got[1], ValueError) and "question_date" in str(got[1])
         assert [[h.utterance_id for h in q] for q in got[2]] == alone(*asks[1])
+        searched, search = [], store.search
+        store.search = lambda tenant, questions, **kw: searched.append(list(questions)) or search(tenant, questions,
+                                                                                                  **kw)
         got = asyncio.run(together(asks[:3], cancel=0))  # the request whose arrival started the batch leaves
         assert isinstance(got[0], asyncio.CancelledError)
+        assert searched == [asks[1][0] + asks[2][0]]  # its questions were not searched for nobody
+        del store.search
         assert [[[h.utterance_id for h in q] for q in found] for found in got[1:]] == [alone(*a) for a in asks[1:3]]
+
+        async def crowd():  # two questions each, at most three waiting: the second request is refused
+            busy = SearchBatcher(store, max_waiting=3)
+            tasks = [asyncio.create_task(busy.search("t", *a)) for a in asks[:2]]
+            return await asyncio.gather(*tasks, return_exceptions=True), busy.waiting
+
+        got, waiting = asyncio.run(crowd())
+        assert len(got[0]) == 2 and isinstance(got[1], Busy) and waiting == 0
+        assert str(got[1]) == "search: 2 questions are waiting, at most 3; retry later"
 
         async def batch_cancelled():  # the batch itself stopped while it gathers: its requests hear it, later ones run
             tasks = [asyncio.create_task(batcher.search("t", *a)) for a in asks[:2]]

@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, His
 from ..index import Hit
 from ..llm import make_llm
 from ..store import MemoryStore
-from .batching import SearchBatcher
+from .batching import Busy, SearchBatcher
 from .models import (MAX_BODY_BYTES, Added, AddSessions, AnswerOut, Ask, NewTenant, Search, SearchOut, SessionOut,
                      SessionPage, TenantKey)
 
@@ -73,16 +73,17 @@ class _LimitAndTime:
 
 
 def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BODY_BYTES,
-               batch_wait_s: float = 0.0, llm: str = "smollm2", max_answers: int = 4) -> FastAPI:
+               batch_wait_s: float = 0.0, llm: str = "smollm2", max_answers: int = 4,
+               max_waiting: int = 4096) -> FastAPI:
     """The service for ``store``; ``admin_key`` guards tenant and key management; concurrent searches of a tenant
     gather into one engine call while the tenant's previous one runs, and for ``batch_wait_s`` seconds more (default
-    0; ``batching.SearchBatcher``); ``/v1/answer`` answers with ``llm`` (a ``llm.make_llm`` spec, its weights loaded
-    on the first answer), at most ``max_answers`` at once (more: 429), so that answers never hold every worker
-    thread. The app owns the store: it warms it up
+    0), at most ``max_waiting`` questions waiting (more: 429; ``batching.SearchBatcher``); ``/v1/answer`` answers
+    with ``llm`` (a ``llm.make_llm`` spec, its weights loaded on the first answer), at most ``max_answers`` at once
+    (more: 429), so that answers never hold every worker thread. The app owns the store: it warms it up
     (``MemoryStore.warm_up``) before it takes requests and closes it (snapshots written) when the server stops."""
     if not admin_key:
         raise ValueError("admin_key: must be a non-empty string")
-    batcher = SearchBatcher(store, batch_wait_s)
+    batcher = SearchBatcher(store, batch_wait_s, max_waiting=max_waiting)
     if max_answers < 1:
         raise ValueError(f"max_answers: at least 1, got {max_answers}")
     answer_slots = threading.BoundedSemaphore(max_answers)
@@ -214,6 +215,8 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
             raise bad_input(exc) from exc
         except KeyError as exc:  # the tenant was deleted while the search waited
             raise HTTPException(404, f"tenant {name!r} not found") from exc
+        except Busy as exc:
+            raise HTTPException(429, str(exc), {"Retry-After": "1"}) from exc
         return SearchOut(results=[[hit_out(h) for h in hits] for hits in found])
 
     @app.post("/v1/answer", response_model=AnswerOut)

@@ -17,6 +17,10 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 
+class Busy(Exception):
+    """More questions wait than the batcher takes (``max_waiting``): the request is refused, to be retried later."""
+
+
 @dataclass
 class _Request:
     questions: list[str]
@@ -25,19 +29,24 @@ class _Request:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     hits: list | None = None
     error: BaseException | None = None
+    cancelled: bool = False  # its client left while it waited: its batch skips it
 
 
 class SearchBatcher:
     """Gathers concurrent searches (coroutines on one event loop) while the tenant's previous batch runs, and
     ``wait_s`` seconds more (default 0: a fixed wait only delays a lone request; under load the engine's own time
-    gathers the next batch), at most ``max_questions`` questions an engine call. ``requests`` and ``batches`` count
-    what came in and what the engine ran."""
+    gathers the next batch), at most ``max_questions`` questions an engine call. A request that would bring the
+    questions waiting past ``max_waiting`` (default 4,096: about half a minute of a 2-core CPU's work) raises
+    ``Busy``, so that a burst is refused rather than left to time out. ``requests`` and ``batches`` count what came
+    in and what the engine ran; ``waiting``, the questions received and not yet answered."""
 
-    def __init__(self, store, wait_s: float = 0.0, max_questions: int = 256):
-        if not (wait_s >= 0 and isinstance(max_questions, int) and max_questions >= 1):
-            raise ValueError(f"wait_s >= 0 and max_questions >= 1, got {wait_s!r} and {max_questions!r}")
-        self.store, self.wait_s, self.max_questions = store, wait_s, max_questions
-        self.requests = self.batches = 0
+    def __init__(self, store, wait_s: float = 0.0, max_questions: int = 256, max_waiting: int = 4096):
+        if not (wait_s >= 0 and isinstance(max_questions, int) and max_questions >= 1
+                and isinstance(max_waiting, int) and max_waiting >= 1):
+            raise ValueError(f"wait_s >= 0, max_questions >= 1 and max_waiting >= 1, got {wait_s!r}, "
+                             f"{max_questions!r} and {max_waiting!r}")
+        self.store, self.wait_s, self.max_questions, self.max_waiting = store, wait_s, max_questions, max_waiting
+        self.requests = self.batches = self.waiting = 0
         self._groups: dict[tuple, list[_Request]] = {}
         self._engine: dict[str, asyncio.Lock] = {}  # tenants with batches in flight: one at a time, the next gathers
         self._running: set[asyncio.Task] = set()  # batches in flight (the loop keeps only weak references)
@@ -50,6 +59,8 @@ class SearchBatcher:
         key = (tenant, None if sessions is None else tuple(sessions), repr(since), repr(until))
         request = _Request(list(questions), k, question_date)
         self.requests += 1
+        if self.waiting + len(request.questions) > self.max_waiting:
+            raise Busy(f"search: {self.waiting} questions are waiting, at most {self.max_waiting}; retry later")
         group = self._groups.setdefault(key, [])
         group.append(request)
         if len(group) == 1:
@@ -57,7 +68,14 @@ class SearchBatcher:
                                                                  "until": until}))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
-        await request.done.wait()
+        self.waiting += len(request.questions)
+        try:
+            await request.done.wait()
+        except asyncio.CancelledError:
+            request.cancelled = True
+            raise
+        finally:
+            self.waiting -= len(request.questions)
         if request.error is not None:
             raise request.error
         return request.hits
@@ -82,11 +100,13 @@ class SearchBatcher:
                 del self._engine[tenant]  # nothing of the tenant's in flight, so nothing of it is kept
 
     def _answer(self, tenant: str, batch: list[_Request], filters: dict) -> int:
-        """Answers ``batch`` in engine calls of consecutive requests, up to ``max_questions`` questions each; returns
-        how many calls it made."""
-        chunks: list[list[_Request]] = [[]]
+        """Answers ``batch`` (but the requests cancelled meanwhile) in engine calls of consecutive requests, up to
+        ``max_questions`` questions each; returns how many calls it made."""
+        chunks: list[list[_Request]] = []
         for r in batch:
-            if chunks[-1] and sum(len(c.questions) for c in chunks[-1]) + len(r.questions) > self.max_questions:
+            if r.cancelled:
+                continue
+            if not chunks or sum(len(c.questions) for c in chunks[-1]) + len(r.questions) > self.max_questions:
                 chunks.append([])
             chunks[-1].append(r)
         for chunk in chunks:
