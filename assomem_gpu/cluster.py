@@ -16,7 +16,9 @@ The callers hand their units of work to ``Workers``; this module knows Dask, not
 
 Dask runs again the tasks of a worker that died (up to ``distributed.scheduler.allowed-failures`` deaths per task, 3 by
 default); results are gathered by question, so a task run twice neither duplicates nor loses one. What was sent lives
-on the workers only: if every worker dies at once (or the only one), the job fails with Dask's error.
+on the workers only, and Dask does not make a scattered value again when the workers holding it die
+(dask/distributed#3149; it cancels the tasks that need it, "lost dependencies"): the run then sends it again and
+runs those tasks again, at most ``RESENDS`` times.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from .retrieve import EmbeddedDataset, Method, by_memory
 from .rss import peak_rss_mb
 
 CONNECT_TIMEOUT_S = 10.0
+RESENDS = 3  # times a run sends its data again after a worker's death lost it
 # A local worker runs one task at a time on one core, so its Numba pool gets one thread too: N workers share the cores
 # instead of each starting a pool as wide as the machine. (Dask's own ``distributed.nanny.pre-spawn-environ`` gives its
 # BLAS and OpenMP pools one thread.) Set in the worker before it imports Numba, never in this process, whose Numba
@@ -108,7 +111,7 @@ class Workers:
             raise ValueError(f"cluster: workers must run one thread each (dask worker --nthreads 1), these run more: "
                              f"{wide}")
         self._data = self.send(data)
-        self._methods: dict[int, tuple] = {}  # id(method) -> (method, its future, its derived state's future)
+        self._methods: dict[int, tuple] = {}  # id(method) -> (method, its derived state, their futures)
 
     def send(self, value: Any):
         """``value`` on every worker, as one future to pass to a task."""
@@ -138,26 +141,55 @@ class Workers:
                     raise ValueError(f"cluster: {method.name} runs {ours} here but {other} on those workers; install "
                                      f"the same engine on every host")
             derived = method.prepare(self.data) if hasattr(method, "prepare") else None
-            self._methods[id(method)] = (method, self.send(method), self.send(derived))
-        return self._methods[id(method)][1:]
+            self._methods[id(method)] = (method, derived, self.send(method), self.send(derived))
+        return self._methods[id(method)][2:]
 
     def _run(self, method: Method, calls: list[tuple], keys: list[list[int]], progress: bool) -> dict[int, Any]:
         """Each call ``(fn, *args)`` as a task returning one value per question of its ``keys`` entry; on an error,
-        the tasks left are cancelled."""
+        the tasks left are cancelled. Tasks that Dask cancels because a worker's death lost what was sent
+        (dask/distributed#3149: a scattered value is not recomputed) run again once everything is sent again, up to
+        ``RESENDS`` times."""
+        from concurrent.futures import CancelledError
+
         from distributed import as_completed
         from tqdm.auto import tqdm
 
-        futures = {self.client.submit(*call, pure=False): qs for call, qs in zip(calls, keys)}
         out: dict[int, Any] = {}
-        desc = f"{method.name} on {len(self.client.nthreads())} workers"
-        try:
-            for future in tqdm(as_completed(futures, loop=self.client.loop), total=len(futures), desc=desc,
-                               unit="task", disable=not progress):
-                out.update(zip(futures[future], future.result()))
-                future.release()
-        finally:
-            self.client.cancel([f for f in futures if not f.done()])
+        todo = list(zip(calls, keys))
+        bar = tqdm(total=len(todo), desc=f"{method.name} on {len(self.client.nthreads())} workers", unit="task",
+                   disable=not progress)
+        for resend in range(RESENDS + 1):
+            futures = {self.client.submit(*call, pure=False): (call, qs) for call, qs in todo}
+            lost = []
+            try:
+                for future in as_completed(futures, loop=self.client.loop):
+                    call, qs = futures[future]
+                    try:
+                        out.update(zip(qs, future.result()))
+                    except CancelledError:
+                        if resend == RESENDS:
+                            raise
+                        lost.append((call, qs))
+                        continue
+                    future.release()
+                    bar.update()
+            finally:
+                self.client.cancel([f for f in futures if not f.done()])
+            if not lost:
+                break
+            todo = self._sent_again(method, lost)
+        bar.close()
         return out
+
+    def _sent_again(self, method: Method, calls: list[tuple]) -> list[tuple]:
+        """The dataset and ``method`` (with its derived state) sent to the workers again, and ``calls`` with the old
+        futures among their arguments replaced by the new ones."""
+        _, derived, *old = self._methods[id(method)]
+        old.append(self._data)
+        self._data = self.send(self.data)
+        self._methods[id(method)] = (method, derived, self.send(method), self.send(derived))
+        new = dict(zip((f.key for f in old), [*self._methods[id(method)][2:], self._data]))
+        return [(tuple(new.get(getattr(a, "key", None), a) for a in call), qs) for call, qs in calls]
 
 
 def _bound(fn: Callable, method: Method, data: EmbeddedDataset, derived: Any, group: list[int], *args) -> list:

@@ -1,5 +1,6 @@
 """Batch retrieval on Dask: a real LocalCluster of worker processes gives the rankings of one process, a worker
-killed in the middle costs nothing, and a scheduler that is not there is a clear error."""
+killed in the middle costs nothing, data the workers lost is sent again, and a scheduler that is not there is a clear
+error."""
 from __future__ import annotations
 
 import gzip
@@ -100,6 +101,23 @@ def test_a_worker_killed_mid_run_is_replaced_and_no_question_is_lost_or_doubled(
     assert victim not in after
     got = done["result"].rankings
     assert len(got) == len(expected) == 16
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+
+
+def test_a_run_whose_sent_data_was_lost_sends_it_again(many_memories):
+    """Dask does not recompute a scattered value (dask/distributed#3149): when the dataset sent to the workers is
+    lost (here: cancelled; in use: the death of the workers holding it), the tasks that needed it are cancelled for
+    "lost dependencies", and the run sends it again and gives the rankings of one process."""
+    ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=30)
+    data = EmbeddedDataset.build(ds, make_encoder("hashing"))
+    method = AssoMem(fusion=fixed_weights(AssoMem().config.signals), encoder=make_encoder("hashing"), device="cpu")
+    expected = evaluate(data, method, [1, 10], progress=False).rankings
+    with connect("local:2") as client:
+        workers = Workers(client, data)
+        sent = workers._data
+        client.cancel(sent)
+        got = evaluate(data, method, [1, 10], progress=False, workers=workers).rankings
+        assert workers._data.key != sent.key
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))
 
 
