@@ -457,3 +457,18 @@ def test_a_new_tenant_never_inherits_a_deleted_ones_files(tmp_path):
         store.add_sessions("new", [session("s0", 5)])  # one commit, as the old tenant's snapshot holds
     with open_store(tmp_path) as store:  # the new tenant's index is loaded, from its own snapshot or its rows
         assert all("private" not in h.text for q in store.search("new", ["private note", "old tenant"], k=5) for h in q)
+
+
+def test_keys_outlive_a_restart_and_die_with_their_tenant(tmp_path):
+    with open_store(tmp_path) as store:
+        store.create_tenant("a")
+        key = store.issue_key("a")
+        assert store.tenant_of_key(key) == "a" and store.tenant_of_key(key + "x") is None
+    with open_store(tmp_path) as store:  # read back from the file
+        assert store.tenant_of_key(key) == "a"
+        store.delete_tenant("a")
+        store.create_tenant("a")  # the same name again: the old key is not its key
+        assert store.tenant_of_key(key) is None
+        new = store.issue_key("a")
+    with open_store(tmp_path) as store:
+        assert store.tenant_of_key(key) is None and store.tenant_of_key(new) == "a"

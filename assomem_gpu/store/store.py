@@ -14,7 +14,6 @@ store's directory. Tenants are hard partitions: each has its own index, so a sea
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import math
 import secrets
@@ -34,6 +33,7 @@ from ..fusion import FusionModel, default_fusion
 from ..graph import STORE_CLUE_MERGE, GraphConfig
 from ..index import Answer, MemoryIndex, Session
 from ..llm import LLM
+from ..signals.temporal import windows
 from ..snapshot import SnapshotError
 from .schema import StoreError, connect
 
@@ -75,6 +75,9 @@ class MemoryStore:
         self._behind: set[str] = set()  # loaded tenants whose newest snapshot is older than their last commit
         self._check_encoder()
         self._sweep()
+        with self._db_lock:  # every key's digest -> its tenant: the store is the only writer of its directory
+            self._keys: dict[str, str] = dict(self._db.execute(
+                "SELECT k.hash, t.name FROM api_keys k JOIN tenants t ON t.id = k.tenant"))
         self._loading: dict[str, threading.Lock] = {}  # per tenant: one load at a time, the others wait for it
         self._stop = threading.Event()
         self._snapshotter = self._preloader = None
@@ -98,17 +101,16 @@ class MemoryStore:
         key = secrets.token_urlsafe(32)
         with self._db_lock:
             self._db.execute("INSERT INTO api_keys VALUES (?, ?)", [_digest(key), tenant_id])
+            self._keys[_digest(key)] = tenant
         return key
 
     def tenant_of_key(self, key: str) -> str | None:
-        """The tenant an API key belongs to, or None."""
+        """The tenant an API key belongs to, or None. Looked up in memory by the key's SHA-256 digest (microseconds,
+        no database, no lock: the service checks a request's key on its event loop), so how long it takes tells
+        nothing of the key."""
         if not isinstance(key, str) or not key:
             return None
-        digest = _digest(key)
-        with self._db_lock:
-            found = self._db.execute("SELECT k.hash, t.name FROM api_keys k JOIN tenants t ON t.id = k.tenant "
-                                     "WHERE k.hash = ?", [digest]).fetchone()
-        return found[1] if found is not None and hmac.compare_digest(found[0], digest) else None
+        return self._keys.get(_digest(key))
 
     def tenants(self) -> list[str]:
         with self._db_lock:
@@ -125,6 +127,7 @@ class MemoryStore:
             self._drop_snapshots(tenant)  # first: no snapshot outlives the rows it was made from
             with self._db_lock:
                 self._db.execute("DELETE FROM tenants WHERE id = ?", [tenant])
+                self._keys = {k: t for k, t in self._keys.items() if t != name}
             self._checkpoint()
 
     # ---- writes --------------------------------------------------------------------------------------------------
@@ -219,15 +222,21 @@ class MemoryStore:
     # ---- upkeep --------------------------------------------------------------------------------------------------
     def warm_up(self) -> None:
         """Load what the first requests would otherwise wait for: the encoder's weights (seconds on a CPU), in this
-        thread, while the word lists keyword clues are made with load in the background (about a second, for the
-        first write); then start loading the indexes ``preload`` picks, in the background (after the encoder:
-        they would compete for the same cores and the interpreter's lock, and the store is ready without them)."""
-        if self.config.clue_mode == "keywords":
-            threading.Thread(target=keyword_clue, args=(["warm up"],), name="assomem-words", daemon=True).start()
+        thread, while in the background the word lists keyword clues are made with load (about a second, for the
+        first write) and dateparser builds its patterns (about a second, for the first question that names a time);
+        then start loading the indexes ``preload`` picks, in the background (after the encoder: they would compete
+        for the same cores and the interpreter's lock, and the store is ready without them)."""
+        threading.Thread(target=self._warm_parsers, name="assomem-parsers", daemon=True).start()
         self.encoder.encode(prompted(self.encoder, "query", ["warm up"]))
         if self._preloader is None:
             self._preloader = threading.Thread(target=self.preload, name="assomem-preload", daemon=True)
             self._preloader.start()
+
+    def _warm_parsers(self) -> None:
+        if self.config.clue_mode == "keywords":
+            keyword_clue(["warm up"])
+        if "temporal" in self.config.signals:
+            windows("last monday, on March 3", 0.0)
 
     def preload(self) -> list[str]:
         """Load the indexes of the tenants whose snapshots were saved last (by ``close``, an eviction or the
