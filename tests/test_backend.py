@@ -121,3 +121,17 @@ def test_the_device_forms_of_segment_max_and_repeat_equal_numpy():
     counts = np.array([2, 0, 3, 1])
     assert np.array_equal(device_like.repeat(np.arange(4), counts), np.repeat(np.arange(4), counts))
     assert len(device_like.repeat(np.arange(0), np.zeros(0, np.int64))) == 0
+
+
+@pytest.mark.parametrize("module", ["ppr_cpu", "fused_topk", "csr_splice", "pair_select"])
+def test_cpu_kernels_release_the_interpreter_lock(module):
+    """A search's kernels run in a worker thread of the service: holding the GIL, they would stall its event loop
+    (and every other search) for as long as they run."""
+    from importlib import import_module
+
+    from numba.core.registry import CPUDispatcher
+
+    kernels = [k for k in vars(import_module(f"assomem_gpu.kernels.{module}")).values()
+               if isinstance(k, CPUDispatcher)]
+    assert kernels and all(k.targetoptions.get("nogil") for k in kernels), \
+        [k.__name__ for k in kernels if not k.targetoptions.get("nogil")]

@@ -14,7 +14,7 @@ from numba import njit, prange
 from .parallel import call_parallel
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _splice(old_indptr, old_indices, old_data, source, fresh_indptr, fresh_indices, fresh_data, col_map, same,
             inv, indptr, indices, data, scaled):
     for r in prange(indptr.shape[0] - 1):

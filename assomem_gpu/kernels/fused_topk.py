@@ -53,11 +53,11 @@ def insert(top_s, top_i, k, score, idx):
     top_i[pos] = idx
 
 
-_fused_cpu = njit(cache=True)(fused_one)
-_insert_cpu = njit(cache=True)(insert)
+_fused_cpu = njit(cache=True, nogil=True)(fused_one)
+_insert_cpu = njit(cache=True, nogil=True)(insert)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score):
     """Question ``b``: per-signal max and sum of exponentials, then every candidate through the top-``k`` list."""
     n_signals = scores.shape[2]
@@ -80,13 +80,13 @@ def _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_scor
 
 # Two drivers, not one function compiled twice: Numba's on-disk cache keys a function by its name and line, not by
 # ``parallel``, so one function compiled both ways would load whichever variant was cached first.
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _fused_topk_parallel(scores, counts, weights, inv_t, k, out_idx, out_score):
     for b in prange(scores.shape[0]):
         _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fused_topk_serial(scores, counts, weights, inv_t, k, out_idx, out_score):
     """Small batches: no thread-pool start-up per call."""
     for b in range(scores.shape[0]):

@@ -17,7 +17,7 @@ from .parallel import call_parallel
 MAX_KEEP = 64  # above this many values per row's buffer, select_pairs partitions with numpy
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _floor(row, radius, keep, doubt):
     """``radius``, raised to the keep-th largest value of ``row`` less ``doubt`` when the row has more than ``keep``
     values (float32 throughout, as numpy computes it)."""
@@ -44,7 +44,7 @@ def _floor(row, radius, keep, doubt):
     return low if low > radius else radius
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _select(sims, radius, keep, doubt, floors, counts):
     for r in prange(sims.shape[0]):
         f = _floor(sims[r], radius, keep, doubt)
@@ -56,7 +56,7 @@ def _select(sims, radius, keep, doubt, floors, counts):
         counts[r] = c
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _gather(sims, floors, starts, rows, cols):
     for r in prange(sims.shape[0]):
         at = starts[r]
@@ -89,7 +89,7 @@ def select_pairs(sims: np.ndarray, radius: float, keep: int, doubt: float) -> tu
     return rows, cols
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _probing(probe, lists, out):
     for r in prange(probe.shape[0]):
         hit = False

@@ -5,7 +5,8 @@ columns small enough that a block's three (n × BLOCK) arrays stay in cache, the
 block iterates r ← (d·M)·r + (1−d)·t from r = t until its largest per-column L1 change is below ``tol`` (or the cap).
 A column's result thus never depends on more than its block's stopping point, which lies within ``tol`` of its own.
 One iteration of a block is a single pass over the CSR rows: product, teleport and residual fused (like the CUDA
-C++ step in ``kernels/ppr_step.cu``).
+C++ step in ``kernels/ppr_step.cu``). Like every CPU kernel here it releases the GIL (``nogil``): a search runs
+in a worker thread of the service, beside its event loop.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from .parallel import call_parallel
 BLOCK = 32  # columns per block: 3 arrays × 25k nodes × 32 × 4 B ≈ 10 MB per core for a 2,500-session memory
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _iterate_block(indptr, indices, values, t, one_minus_d, tol, max_iter, r, nxt):
     """Power iteration for one C-ordered (n, w) block; returns (the buffer holding the result, iterations run)."""
     n, w = t.shape
@@ -44,7 +45,7 @@ def _iterate_block(indptr, indices, values, t, one_minus_d, tol, max_iter, r, nx
     return r, max_iter
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _iterate_column(indptr, indices, values, t, one_minus_d, tol, max_iter, r, nxt):
     """``_iterate_block`` for a single column (scalar loops vectorise better than a width-1 inner loop)."""
     n = t.shape[0]
@@ -62,7 +63,7 @@ def _iterate_column(indptr, indices, values, t, one_minus_d, tol, max_iter, r, n
     return r, max_iter
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _run_block(k, indptr, indices, values, teleports, one_minus_d, tol, max_iter, block, out):
     """Block ``k`` of the columns: copied out contiguously, iterated, written back; returns its iterations."""
     lo = k * block
@@ -75,7 +76,7 @@ def _run_block(k, indptr, indices, values, teleports, one_minus_d, tol, max_iter
 
 # Two drivers, not one function compiled twice: Numba's on-disk cache keys a function by its name and line, not by
 # ``parallel``, so one function compiled both ways would load whichever variant was cached first.
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _ppr_parallel(indptr, indices, values, teleports, one_minus_d, tol, max_iter, block, out):
     n_blocks = (teleports.shape[1] + block - 1) // block
     iterations = np.zeros(max(n_blocks, 1), np.int64)
@@ -84,7 +85,7 @@ def _ppr_parallel(indptr, indices, values, teleports, one_minus_d, tol, max_iter
     return iterations.max()
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _ppr_serial(indptr, indices, values, teleports, one_minus_d, tol, max_iter, block, out):
     """One block: no thread pool to wake (or to fight BLAS's threads)."""
     n_blocks = (teleports.shape[1] + block - 1) // block
