@@ -7,9 +7,8 @@ One tenant of ``--sessions`` synthetic sessions (10 utterances each, topic vocab
 batches of 50 (sessions/s, the server's encoding included, and without it: the same sessions again with the
 hashing encoder). After one search and 6 s (the kernels loaded, the background snapshot written), ``--clients``
 concurrent clients (threads on keep-alive connections, the standard library's HTTP client) each send one-question
-searches for ``--seconds``: p50 and p99 latency (the question's encoding
-included), throughput, failed requests (counted, not timed), the CPU milliseconds a search took in the server and in
-the clients, and the share of the machine's CPU time its host stole meanwhile. Then the server is killed (kill -9:
+searches for ``--seconds``: p50 and p99 latency (the question's encoding included), throughput, failed requests
+(counted, not timed), the CPU milliseconds a search took in the server and in the clients, and the share of the machine's CPU time its host stole meanwhile. Then the server is killed (kill -9:
 it restarts from the snapshot its background thread wrote) and restarted, then stopped cleanly and restarted: the
 time to ready (the model loaded) and to its first answer, sent at once. Resident memory of the server process with
 the tenant loaded. JSON to ``benchmarks/results/serve_load.json`` unless ``--output`` says where.
