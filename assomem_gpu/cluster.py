@@ -91,9 +91,9 @@ def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Any]:
 
 
 class Workers:
-    """A Dask client's workers holding one embedded dataset, sent once; per method, the method and (AssoMem) the
-    derived state of the dataset's bank (``AssoMem.prepare``), so that no worker encodes. ``per_memory`` and
-    ``per_fold`` run the callers' units of work as tasks.
+    """A Dask client's workers holding one embedded dataset, sent once (and again if the workers lose it); per method,
+    the method and (AssoMem) the derived state of the dataset's bank (``AssoMem.prepare``), so that no worker
+    encodes. ``per_memory`` and ``per_fold`` run the callers' units of work as tasks.
 
     ``ValueError`` when the scheduler has no worker within ``CONNECT_TIMEOUT_S``, when a worker runs more than one
     thread (tasks would share a worker's method and its index cache), or when a worker would run a method's engine
@@ -156,29 +156,29 @@ class Workers:
 
         out: dict[int, Any] = {}
         todo = list(zip(calls, keys))
-        bar = tqdm(total=len(todo), desc=f"{method.name} on {len(self.client.nthreads())} workers", unit="task",
-                   disable=not progress)
-        for resend in range(RESENDS + 1):
-            futures = {self.client.submit(*call, pure=False): (call, qs) for call, qs in todo}
-            lost = []
-            try:
-                for future in as_completed(futures, loop=self.client.loop):
-                    call, qs = futures[future]
-                    try:
-                        out.update(zip(qs, future.result()))
-                    except CancelledError:
-                        if resend == RESENDS:
-                            raise
-                        lost.append((call, qs))
-                        continue
-                    future.release()
-                    bar.update()
-            finally:
-                self.client.cancel([f for f in futures if not f.done()])
-            if not lost:
-                break
-            todo = self._sent_again(method, lost)
-        bar.close()
+        with tqdm(total=len(todo), desc=f"{method.name} on {len(self.client.nthreads())} workers", unit="task",
+                  disable=not progress) as bar:
+            for resend in range(RESENDS + 1):
+                futures = {self.client.submit(*call, pure=False): (call, qs) for call, qs in todo}
+                lost = []
+                try:
+                    for future in as_completed(futures, loop=self.client.loop):
+                        call, qs = futures[future]
+                        try:
+                            out.update(zip(qs, future.result()))
+                        except CancelledError as exc:
+                            if resend == RESENDS:
+                                raise RuntimeError(f"cluster: {method.name}'s tasks were cancelled {RESENDS + 1} "
+                                                   f"times (the workers lost what was sent to them?)") from exc
+                            lost.append((call, qs))
+                            continue
+                        future.release()
+                        bar.update()
+                finally:
+                    self.client.cancel([f for f in futures if not f.done()])
+                if not lost:
+                    break
+                todo = self._sent_again(method, lost)
         return out
 
     def _sent_again(self, method: Method, calls: list[tuple]) -> list[tuple]:

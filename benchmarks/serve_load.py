@@ -8,9 +8,9 @@ batches of 50 (sessions/s, the server's encoding included, and without it: the s
 hashing encoder). After one search and 6 s (the kernels loaded, the background snapshot written), ``--clients``
 concurrent clients (threads on keep-alive connections, the standard library's HTTP client) each send one-question
 searches for ``--seconds``: p50 and p99 latency (the question's encoding included), throughput, failed requests
-(counted, not timed), the CPU milliseconds a search took in the server and in the clients, and the share of the machine's CPU time its host stole meanwhile. Then the server is killed (kill -9:
-it restarts from the snapshot its background thread wrote) and restarted, then stopped cleanly and restarted: the
-time to ready (the model loaded) and to its first answer, sent at once. Resident memory of the server process with
+(counted, not timed), the CPU milliseconds a search took in the server and in the clients, and the share of the
+machine's CPU time its host stole meanwhile. Then the server is killed (kill -9: it restarts from the snapshot its
+background thread wrote) and restarted, then stopped cleanly and restarted: the time to ready (the model loaded) and to its first answer, sent at once. Resident memory of the server process with
 the tenant loaded. JSON to ``benchmarks/results/serve_load.json`` unless ``--output`` says where.
 """
 from __future__ import annotations
@@ -117,13 +117,15 @@ def load(url: str, key: str, clients: int, seconds: float, questions: list[str],
             try:
                 conn.request("POST", "/v1/search", rng.choice(bodies), headers)
                 response = conn.getresponse()
-                response.read()
-                if response.status != 200:
-                    raise RuntimeError(f"HTTP {response.status}")
-            except (OSError, http.client.HTTPException, RuntimeError) as exc:  # counted and reported; it goes on
-                conn.close()  # reconnects on the next request
+                body = response.read()
+            except (OSError, http.client.HTTPException) as exc:  # counted and reported; it reconnects and goes on
+                conn.close()
                 with lock:
                     errors.append(repr(exc))
+                continue
+            if response.status != 200:  # read whole, so the connection is kept
+                with lock:
+                    errors.append(f"HTTP {response.status}: {body[:200]!r}")
                 continue
             with lock:
                 latencies.append(time.perf_counter() - t0)
@@ -176,6 +178,7 @@ def main() -> int:
     data = sessions(args.sessions)
     questions = [" ".join(s["utterances"][0]["text"].split()[:6]) for s in data[:200]]
     result: dict = {"sessions": args.sessions, "utterances": 10 * args.sessions, "machine": f"{os.cpu_count()} cores",
+                    "load_client": "http.client",
                     "device": args.device, "clue_merge": args.clue_merge, "encoder_runtime": args.encoder_runtime}
     with tempfile.TemporaryDirectory() as tmp:
         for encoder, field in (("hashing", "ingest_sessions_per_s_without_encoding"),

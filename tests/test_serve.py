@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 from assomem_gpu.serve.client import MemoryClient  # noqa: E402
+from assomem_gpu.serve.models import HitOut, SearchOut  # noqa: E402
 
 ADMIN = "admin-secret-for-tests"
 
@@ -142,6 +143,10 @@ def test_answers_are_bounded_and_a_failing_llm_is_a_503(tmp_path, llm_proxy):
         with MemoryClient(url, key) as memory:
             memory.add_sessions([session("pets", "My cat is called Miso.")])
             assert memory.search("cat", k=1)[0].session_id == "pets"
+        one = httpx.post(f"{url}/v1/search", json={"questions": ["cat"], "k": 1},
+                         headers={"Authorization": f"Bearer {key}"})  # written without pydantic: still SearchOut's
+        assert set(one.json()["results"][0][0]) == set(HitOut.model_fields)
+        assert SearchOut.model_validate_json(one.content).results[0][0].session_id == "pets"
         two = httpx.post(f"{url}/v1/search", json={"questions": ["cat", "Miso"]},
                          headers={"Authorization": f"Bearer {key}"})
         assert two.status_code == 429 and two.headers["Retry-After"] == "1"

@@ -33,7 +33,6 @@ from ..fusion import FusionModel, default_fusion
 from ..graph import STORE_CLUE_MERGE, GraphConfig
 from ..index import Answer, MemoryIndex, Session
 from ..llm import LLM
-from ..signals.temporal import windows
 from ..snapshot import SnapshotError
 from .schema import StoreError, connect
 
@@ -96,12 +95,14 @@ class MemoryStore:
             self._db.execute("INSERT INTO tenants (name) VALUES (?)", [name])
 
     def issue_key(self, tenant: str) -> str:
-        """A new API key for the tenant (returned once; only its sha256 is stored)."""
-        tenant_id = self._tenant_id(tenant)
+        """A new API key for the tenant (returned once; only its sha256 is stored). Under the tenant's write lock, as
+        ``delete_tenant``: a key is never given to a tenant deleted (or made again) meanwhile."""
         key = secrets.token_urlsafe(32)
-        with self._db_lock:
-            self._db.execute("INSERT INTO api_keys VALUES (?, ?)", [_digest(key), tenant_id])
-            self._keys[_digest(key)] = tenant
+        with self._tenant(tenant):
+            tenant_id = self._tenant_id(tenant)
+            with self._db_lock:
+                self._db.execute("INSERT INTO api_keys VALUES (?, ?)", [_digest(key), tenant_id])
+                self._keys[_digest(key)] = tenant
         return key
 
     def tenant_of_key(self, key: str) -> str | None:
@@ -222,21 +223,15 @@ class MemoryStore:
     # ---- upkeep --------------------------------------------------------------------------------------------------
     def warm_up(self) -> None:
         """Load what the first requests would otherwise wait for: the encoder's weights (seconds on a CPU), in this
-        thread, while in the background the word lists keyword clues are made with load (about a second, for the
-        first write) and dateparser builds its patterns (about a second, for the first question that names a time);
-        then start loading the indexes ``preload`` picks, in the background (after the encoder: they would compete
-        for the same cores and the interpreter's lock, and the store is ready without them)."""
-        threading.Thread(target=self._warm_parsers, name="assomem-parsers", daemon=True).start()
+        thread, while the word lists keyword clues are made with load in the background (about a second, for the
+        first write); then start loading the indexes ``preload`` picks, in the background (after the encoder:
+        they would compete for the same cores and the interpreter's lock, and the store is ready without them)."""
+        if self.config.clue_mode == "keywords":
+            threading.Thread(target=keyword_clue, args=(["warm up"],), name="assomem-words", daemon=True).start()
         self.encoder.encode(prompted(self.encoder, "query", ["warm up"]))
         if self._preloader is None:
             self._preloader = threading.Thread(target=self.preload, name="assomem-preload", daemon=True)
             self._preloader.start()
-
-    def _warm_parsers(self) -> None:
-        if self.config.clue_mode == "keywords":
-            keyword_clue(["warm up"])
-        if "temporal" in self.config.signals:
-            windows("last monday, on March 3", 0.0)
 
     def preload(self) -> list[str]:
         """Load the indexes of the tenants whose snapshots were saved last (by ``close``, an eviction or the
