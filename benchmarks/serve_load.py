@@ -10,8 +10,8 @@ concurrent clients (threads on keep-alive connections, the standard library's HT
 searches for ``--seconds``: p50 and p99 latency (the question's encoding included), throughput, failed requests
 (counted, not timed), the CPU milliseconds a search took in the server and in the clients, and the share of the
 machine's CPU time its host stole meanwhile. Then the server is killed (kill -9: it restarts from the snapshot its
-background thread wrote) and restarted, then stopped cleanly and restarted: the time to ready (the model loaded) and to its first answer, sent at once. Resident memory of the server process with
-the tenant loaded. JSON to ``benchmarks/results/serve_load.json`` unless ``--output`` says where.
+background thread wrote) and restarted, then stopped cleanly and restarted: the time to ready (the model loaded)
+and to its first answer, sent at once. Resident memory of the server process with the tenant loaded. JSON to ``benchmarks/results/serve_load.json`` unless ``--output`` says where.
 """
 from __future__ import annotations
 
