@@ -183,6 +183,11 @@ def test_save_and_load_give_identical_rankings(tmp_path):
     index.save(path)
     loaded = MemoryIndex.load(path, encoder=HashingEncoder(), device="cpu")
     assert fingerprint(loaded) == fingerprint(index) and results(loaded) == results(index)
+    documents, arrays = read(path)  # a snapshot written before context norms were stored: they are made again
+    assert arrays.pop("context_norms").dtype == np.float32
+    write(tmp_path / "without_norms.npz", documents, arrays)
+    older = MemoryIndex.load(tmp_path / "without_norms.npz", encoder=HashingEncoder(), device="cpu")
+    assert fingerprint(older) == fingerprint(index) and results(older) == results(index)
     more = random_sessions(5, 3)
     loaded.add_sessions(more)
     index.add_sessions(more)
@@ -220,6 +225,10 @@ def test_broken_snapshots_are_clear_errors(tmp_path):
     write(tmp_path / "short.npz", documents, short)
     with pytest.raises(SnapshotError, match="utterance embeddings"):
         MemoryIndex.load(tmp_path / "short.npz", encoder=HashingEncoder())
+    short = dict(arrays, context_norms=arrays["context_norms"][:-1])
+    write(tmp_path / "short_context.npz", documents, short)
+    with pytest.raises(SnapshotError, match="context norms"):
+        MemoryIndex.load(tmp_path / "short_context.npz", encoder=HashingEncoder())
     headless = {k: v for k, v in documents.items() if k != "index"}
     write(tmp_path / "headless.npz", headless, arrays)
     with pytest.raises(SnapshotError, match="header"):
