@@ -1,7 +1,8 @@
 """CPU twin of the batched PPR power iteration (Numba): the whole iteration in one compiled call.
 
 A CPU has a few cores and a cache, not an HBM stack: so the questions (columns) are split into blocks of ``BLOCK``
-columns small enough that a block's three (n × BLOCK) arrays stay in cache, the blocks run in parallel, and each
+columns small enough that a block's three (n × BLOCK) arrays stay in cache (a batch of ``2 × MIN_SPLIT`` to
+``2 × BLOCK`` columns into two halves, so that it is not left to one core), the blocks run in parallel, and each
 block iterates r ← (d·M)·r + (1−d)·t from r = t until its largest per-column L1 change is below ``tol`` (or the cap).
 A column's result thus never depends on more than its block's stopping point, which lies within ``tol`` of its own.
 One iteration of a block is a single pass over the CSR rows: product, teleport and residual fused (like the CUDA
@@ -16,6 +17,7 @@ from numba import njit, prange
 from .parallel import call_parallel
 
 BLOCK = 32  # columns per block: 3 arrays × 25k nodes × 32 × 4 B ≈ 10 MB per core for a 2,500-session memory
+MIN_SPLIT = 8  # a batch of 2 × this many columns or more runs as two blocks at least, in parallel; fewer, as one
 
 
 @njit(cache=True, nogil=True)
@@ -106,8 +108,9 @@ def personalized_pagerank_cpu(transition, teleports: np.ndarray, damping: float,
     if t.size == 0:
         return out, 0
     m = transition.tocsr()
+    split = t.shape[1] >= 2 * MIN_SPLIT  # two blocks at least, one per core
     args = (m.indptr.astype(np.int64, copy=False), m.indices.astype(np.int64, copy=False),
             (m.data * np.float32(damping)).astype(np.float32), t, np.float32(1.0 - damping), np.float32(tol), max_iter,
-            BLOCK, out)
-    its = call_parallel(_ppr_parallel, *args) if t.shape[1] > BLOCK else _ppr_serial(*args)
+            min(BLOCK, -(-t.shape[1] // 2)) if split else BLOCK, out)
+    its = call_parallel(_ppr_parallel, *args) if split else _ppr_serial(*args)
     return out, int(its)
