@@ -221,8 +221,8 @@ class MemoryState:
         state._mentions = [None] * bank.n_utterances
         if state.lexical is not None:
             state.lexical = BM25Index.from_arrays(documents["bm25_vocabulary"], arrays)
-        if state.context is not None:  # a function of the embeddings and sessions: stored (made again from them, 0.17 s
-            # at 2,500 sessions, where a snapshot written before it was lacks it)
+        if state.context is not None:  # stored; made again from the embeddings (0.17 s at 2,500 sessions) only for a
+            # snapshot written before they were
             norms = arrays.get("context_norms")
             state.context = Rows(dtype=np.float32, data=norms if norms is not None else context_norms(
                 bank.offset_array, state.emb.view, config.context_window))
