@@ -40,10 +40,11 @@ def test_ppr_matches_networkx(ppr):
     assert np.allclose(r[:, 0], [ref[i] for i in range(12)], atol=1e-5)
 
 
-def test_cpu_twin_equals_the_library_path_across_blocks():
+@pytest.mark.parametrize("width", [2 * BLOCK + 5, 24, 33])  # full blocks and a short one; a batch split in halves
+def test_cpu_twin_equals_the_library_path_across_blocks(width):
     _, m = random_graph(80, 6)
     rng = np.random.default_rng(7)
-    t = rng.random((2 * BLOCK + 5, 80)).astype(np.float32)  # two full blocks and a short one
+    t = rng.random((width, 80)).astype(np.float32)
     t = (t / t.sum(axis=1, keepdims=True)).T  # F-ordered, as teleport() makes them
     lib, it_lib = personalized_pagerank(sp.csr_matrix(m), t, 0.5, 1e-7, 200)
     twin, it_twin = personalized_pagerank_cpu(sp.csr_matrix(m), t, 0.5, 1e-7, 200)

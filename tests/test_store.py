@@ -411,23 +411,6 @@ def test_concurrent_searches_share_one_engine_call_and_get_their_own_answers(tmp
         assert [[h.utterance_id for h in q] for q in later] == alone(*asks[2])
         assert batcher._engine == {} and batcher._groups == {}  # nothing of a tenant kept once its searches end
 
-        async def cohorts(settle_s):  # a batch's requesters come back once answered; one more joined while it ran
-            settling = SearchBatcher(store, settle_s=settle_s)
-            first = [asyncio.create_task(settling.search("t", *a)) for a in asks[:3]]
-            while not settling.requests or settling._groups:  # the first batch took all three and runs
-                await asyncio.sleep(0.001)
-            late = asyncio.create_task(settling.search("t", *asks[3]))
-            await asyncio.gather(*first)
-            back = [asyncio.create_task(settling.search("t", *a)) for a in asks[4:6]]
-            await asyncio.gather(late, *back)
-            assert settling._last == {} and settling._grown == {} and settling._groups == {}
-            return settling.batches
-
-        store.search = lambda *a, **kw: time.sleep(0.2) or search(*a, **kw)  # each batch runs a while
-        assert asyncio.run(cohorts(5.0)) == 2  # the late one waited for the others: one batch, not two
-        assert asyncio.run(cohorts(0.0)) == 3
-        del store.search
-
 
 def test_store_cli_imports_exports_and_counts(tmp_path, meetingqa_file):
     """import a dataset file into a tenant, export it as JSON Lines (what was imported comes back), stats."""

@@ -43,14 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-wait-ms", type=float, default=0.0,
                    help="how long a search waits, besides the tenant's running search, for concurrent ones to share "
                         "its engine call")
-    p.add_argument("--batch-settle-ms", type=float, default=20.0,
-                   help="how long a batch waits, at most, for the requesters of the tenant's batch just answered to "
-                        "come back when fewer have gathered (under load: one batch, not cohorts taking turns)")
     p.add_argument("--max-waiting", type=int, default=4096,
                    help="questions waiting for their search at most, all tenants together (more: 429)")
     args = p.parse_args(argv)
     if args.max_answers < 1:
         p.error("--max-answers must be at least 1")
+    if not args.batch_wait_ms >= 0:  # NaN too
+        p.error("--batch-wait-ms must be a number >= 0")
     if args.max_waiting < 1:
         p.error("--max-waiting must be at least 1")
     if not args.admin_key:
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     app = create_app(store, args.admin_key, int(args.max_body_mb * 2**20), args.batch_wait_ms / 1000, args.llm,
-                     args.max_answers, args.max_waiting, args.batch_settle_ms / 1000)
+                     args.max_answers, args.max_waiting)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")  # the app closes the store as it stops
     return 0
 

@@ -1,10 +1,9 @@
 """Micro-batching: concurrent searches of one tenant answered by one batched engine call.
 
 Requests of a group (same tenant, same filters) gather while the tenant's previous batch runs (so batches grow with
-the load, and a lone request waits for nothing), and ``wait_s`` seconds more where set, or, when fewer gathered than
-the group's previous batch held, up to ``settle_s`` for that batch's requesters to come back; then one engine call,
-in a worker thread, runs every gathered question in one ``MemoryStore.search`` (k the largest asked, each question
-with its own date) and each request gets its own hits, cut to its k. A batch is what makes a GPU pay off under load; on
+the load, and a lone request waits for nothing), and ``wait_s`` seconds more where set; then one engine call, in a
+worker thread, runs every gathered question in one ``MemoryStore.search`` (k the largest asked, each question with
+its own date) and each request gets its own hits, cut to its k. A batch is what makes a GPU pay off under load; on
 the CPU it shares one relevance product and one PPR iteration among the requests. Requests wait on the event loop,
 so only the engine call takes a worker thread: a burst of requests is not a burst of blocked threads. If the
 batched call fails, each request runs alone, so an error reaches only the request that caused it.
@@ -36,24 +35,17 @@ class _Request:
 class SearchBatcher:
     """Gathers concurrent searches (coroutines on one event loop) while the tenant's previous batch runs, and
     ``wait_s`` seconds more (default 0: a fixed wait only delays a lone request; under load the engine's own time
-    gathers the next batch), at most ``max_questions`` questions an engine call. When the previous batch of the
-    same group ends with fewer questions gathered than it had, the next waits up to ``settle_s`` (default 0.02) for
-    its requesters to come back: clients that send again once answered would otherwise split into cohorts that take
-    turns in smaller batches (at 32 clients, batches of 24 and 8 alternated); a lone client never waits. A request
-    that would bring the questions waiting past ``max_waiting`` (default 4,096: about half a minute of a 2-core CPU's
-    work) raises ``Busy``, so that a burst is refused rather than left to time out. ``requests`` and ``batches``
-    count what came in and what the engine ran; ``waiting``, the questions received and not yet answered."""
+    gathers the next batch), at most ``max_questions`` questions an engine call. A request that would bring the
+    questions waiting past ``max_waiting`` (default 4,096: about half a minute of a 2-core CPU's work) raises
+    ``Busy``, so that a burst is refused rather than left to time out. ``requests`` and ``batches`` count what came
+    in and what the engine ran; ``waiting``, the questions received and not yet answered."""
 
-    def __init__(self, store, wait_s: float = 0.0, max_questions: int = 256, max_waiting: int = 4096,
-                 settle_s: float = 0.02):
-        if not (wait_s >= 0 and settle_s >= 0 and isinstance(max_questions, int) and max_questions >= 1
+    def __init__(self, store, wait_s: float = 0.0, max_questions: int = 256, max_waiting: int = 4096):
+        if not (wait_s >= 0 and isinstance(max_questions, int) and max_questions >= 1
                 and isinstance(max_waiting, int) and max_waiting >= 1):
-            raise ValueError(f"wait_s >= 0, settle_s >= 0, max_questions >= 1 and max_waiting >= 1, got {wait_s!r}, "
-                             f"{settle_s!r}, {max_questions!r} and {max_waiting!r}")
+            raise ValueError(f"wait_s >= 0, max_questions >= 1 and max_waiting >= 1, got {wait_s!r}, "
+                             f"{max_questions!r} and {max_waiting!r}")
         self.store, self.wait_s, self.max_questions, self.max_waiting = store, wait_s, max_questions, max_waiting
-        self.settle_s = settle_s
-        self._last: dict[tuple, int] = {}  # per group with requests waiting: the questions of its previous batch
-        self._grown: dict[tuple, asyncio.Event] = {}  # per group settling: set when a request joins it
         self.requests = self.batches = self.waiting = 0
         self._groups: dict[tuple, list[_Request]] = {}
         self._engine: dict[str, asyncio.Lock] = {}  # tenants with batches in flight: one at a time, the next gathers
@@ -71,8 +63,6 @@ class SearchBatcher:
             raise Busy(f"search: {self.waiting} questions are waiting, at most {self.max_waiting}; retry later")
         group = self._groups.setdefault(key, [])
         group.append(request)
-        if key in self._grown:
-            self._grown[key].set()
         if len(group) == 1:
             task = asyncio.create_task(self._batch(tenant, key, {"sessions": sessions, "since": since,
                                                                  "until": until}))
@@ -96,15 +86,11 @@ class SearchBatcher:
             if self.wait_s:
                 await asyncio.sleep(self.wait_s)
             async with self._engine.setdefault(tenant, asyncio.Lock()):  # the group gathers while the previous runs
-                await self._settle(key)
                 batch = self._groups.pop(key)
-                self._last[key] = sum(len(r.questions) for r in batch)
                 calls = await run_in_threadpool(self._answer, tenant, batch, filters)
                 self.batches += calls
         finally:  # whatever happened, every request of the group gets its answer or an error
             batch = batch or self._groups.pop(key, [])
-            if key not in self._groups:  # nobody gathered behind it: the next request of the group starts afresh
-                self._last.pop(key, None)
             for r in batch:
                 if r.hits is None and r.error is None:
                     r.error = RuntimeError("search: the batch it was in did not finish")
@@ -112,20 +98,6 @@ class SearchBatcher:
             lock = self._engine.get(tenant)
             if lock is not None and not lock.locked() and not any(k[0] == tenant for k in self._groups):
                 del self._engine[tenant]  # nothing of the tenant's in flight, so nothing of it is kept
-
-    async def _settle(self, key: tuple) -> None:
-        """Waits, at most ``settle_s``, until the group holds as many questions as its previous batch had."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settle_s
-        try:
-            while sum(len(r.questions) for r in self._groups[key]) < self._last.get(key, 0):
-                grown = self._grown[key] = asyncio.Event()
-                try:
-                    await asyncio.wait_for(grown.wait(), deadline - loop.time())
-                except asyncio.TimeoutError:
-                    return
-        finally:
-            self._grown.pop(key, None)
 
     def _answer(self, tenant: str, batch: list[_Request], filters: dict) -> int:
         """Answers ``batch`` (but the requests cancelled meanwhile) in engine calls of consecutive requests, up to
