@@ -69,11 +69,17 @@ def test_cluster_gives_the_rankings_and_results_of_one_process(tmp_path, many_me
     assert all(mb > 50 for mb in spread["cluster"]["worker_peak_rss_mb"])  # a worker process holds the package
 
 
-def test_a_worker_killed_mid_run_is_replaced_and_no_question_is_lost_or_doubled(many_memories):
-    ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=100)
+def fixed_weights_run(memories, sessions: int):
+    """The dataset of ``memories`` grown to ``sessions`` a haystack (hashing encoder), AssoMem with fixed weights, and
+    its rankings in one process."""
+    ds = load_dataset(f"longmemeval:{memories}", haystack_sessions=sessions)
     data = EmbeddedDataset.build(ds, make_encoder("hashing"))
     method = AssoMem(fusion=fixed_weights(AssoMem().config.signals), encoder=make_encoder("hashing"), device="cpu")
-    expected = evaluate(data, method, [1, 10], progress=False).rankings
+    return data, method, evaluate(data, method, [1, 10], progress=False).rankings
+
+
+def test_a_worker_killed_mid_run_is_replaced_and_no_question_is_lost_or_doubled(many_memories):
+    data, method, expected = fixed_weights_run(many_memories, 100)
     with connect("local:2") as client:
         workers = Workers(client, data)
         pids = client.run(os.getpid)
@@ -108,10 +114,7 @@ def test_a_run_whose_sent_data_was_lost_sends_it_again(many_memories):
     """Dask does not recompute a scattered value (dask/distributed#3149): when the dataset sent to the workers is
     lost (here: cancelled; in use: the death of the workers holding it), the tasks that needed it are cancelled for
     "lost dependencies", and the run sends it again and gives the rankings of one process."""
-    ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=30)
-    data = EmbeddedDataset.build(ds, make_encoder("hashing"))
-    method = AssoMem(fusion=fixed_weights(AssoMem().config.signals), encoder=make_encoder("hashing"), device="cpu")
-    expected = evaluate(data, method, [1, 10], progress=False).rankings
+    data, method, expected = fixed_weights_run(many_memories, 30)
     with connect("local:2") as client:
         workers = Workers(client, data)
         sent = workers._data
