@@ -55,13 +55,17 @@ class Backend:
     def to_host(self, x) -> np.ndarray:
         return x.get() if hasattr(x, "get") else np.asarray(x)
 
-    def segment_max(self, values, starts):
-        """(B, len(starts)): per row of ``values`` (B, n), the maximum of each run of columns from ``starts[i]`` to
-        the next start (ascending, the first 0, no run empty). numpy's maximum.reduceat; CuPy's reduceat takes only
-        ``add``, so on the device a scatter maximum (``maximum.at``) over each column's run."""
+    def segment_max(self, values, columns, starts):
+        """(B, len(starts)): per row of ``values`` (B, n), the maximum of each run of gathered columns
+        ``values[:, columns[starts[i]:starts[i + 1]]]`` (``starts`` ascending, the first 0, no run empty). On the CPU
+        a Numba kernel (``kernels/segments.py``), numpy's ``maximum.reduceat`` without the gathered copy; CuPy's
+        reduceat takes only ``add``, so on the device a scatter maximum (``maximum.at``) over each column's run."""
         if self.name == "cpu":
-            return np.maximum.reduceat(values, starts, axis=1)
+            from .kernels.segments import segment_max
+
+            return segment_max(values, columns, starts)
         xp = self.xp
+        values = values[:, columns]
         run = xp.zeros(values.shape[1], np.int64)
         run[starts[1:]] = 1
         key = xp.arange(len(values))[:, None] * len(starts) + xp.cumsum(run)[None, :]
@@ -76,6 +80,25 @@ class Backend:
             return np.repeat(values, counts)
         ends = self.xp.cumsum(counts)
         return values[self.xp.searchsorted(ends, self.xp.arange(int(ends[-1]) if len(ends) else 0), side="right")]
+
+    def row_matches(self, at, indptr, indices, keys, n_terms: int):
+        """The nonzeros of the CSR rows ``at`` (B, C) whose key ``b · n_terms + column`` is in the sorted ``keys``:
+        (``b · C + c``, the nonzero's position, the key's position), in the order of ``at`` and of each row's
+        nonzeros. On the CPU a Numba kernel (``kernels/segments.py``); on the device every nonzero of the rows is
+        gathered and looked up by a sorted search."""
+        if self.name == "cpu":
+            from .kernels.segments import row_matches
+
+            return row_matches(at, indptr, indices, keys, n_terms)
+        xp, flat = self.xp, at.ravel()
+        n = indptr[flat + 1] - indptr[flat]  # nonzeros of each entry's row
+        ends = xp.cumsum(n)
+        nz = self.repeat(indptr[flat] - (ends - n), n) + xp.arange(int(ends[-1]) if len(n) else 0)
+        row = self.repeat(xp.arange(at.size), n)
+        wanted = (row // at.shape[1]) * n_terms + indices[nz]
+        pos = xp.minimum(xp.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+        hit = xp.nonzero(keys[pos] == wanted)[0] if len(keys) else xp.zeros(0, np.int64)
+        return row[hit], nz[hit], pos[hit]
 
     def resident(self, owner, name: str, version: int, make: Callable[[], Any]):
         """``make()`` (an array, or a scipy CSR matrix) as this backend holds it: itself on the CPU; on the device,

@@ -256,7 +256,7 @@ def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig,
             floor = xp.where(seen, rel, np.inf).min(axis=1)
             best = xp.where((best == -np.inf) & (sizes > 0) & (floor < np.inf)[:, None], floor[:, None], best)
         elif len(owning):
-            best[:, owning] = backend.segment_max(rel[:, by_clue], starts)
+            best[:, owning] = backend.segment_max(rel, by_clue, starts)
             if allowed is not None:
                 sizes = xp.zeros(best.shape, np.int64)
                 sizes[:, owning] = xp.add.reduceat(allowed[:, by_clue].astype(np.int64), starts, axis=1)
@@ -398,15 +398,9 @@ def lexical(state: MemoryState, terms: tuple[np.ndarray, np.ndarray], at, backen
     data, indices, indptr, df, lengths = (
         backend.resident(lex, name, state.version, lambda name=name: lex.array(name)) for name in lex.ARRAYS)
     keys, times = (backend.asarray(x) for x in terms)
-    flat = at.ravel()
-    n = indptr[flat + 1] - indptr[flat]  # nonzeros of each candidate's row
-    nz = _spans(indptr[flat], n, backend)
-    row = backend.repeat(xp.arange(at.size), n)
-    wanted = (row // at.shape[1]) * len(lex.vocab) + indices[nz]
-    pos = xp.minimum(xp.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-    hit = xp.nonzero(keys[pos] == wanted)[0] if len(keys) else xp.zeros(0, np.int64)
-    w = lex.weights_of(data[nz[hit]].astype(np.float64), df[indices[nz[hit]]], lengths[flat[row[hit]]], xp)
-    return xp.bincount(row[hit], weights=w * times[pos[hit]], minlength=at.size).astype(np.float32).reshape(at.shape)
+    row, nz, pos = backend.row_matches(at, indptr, indices, keys, len(lex.vocab))
+    w = lex.weights_of(data[nz].astype(np.float64), df[indices[nz]], lengths[at.ravel()[row]], xp)
+    return xp.bincount(row, weights=w * times[pos], minlength=at.size).astype(np.float32).reshape(at.shape)
 
 
 def temporal(state: MemoryState, queries: Queries, cand, counts, backend: Backend):

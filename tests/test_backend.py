@@ -116,14 +116,16 @@ def test_the_device_forms_of_segment_max_and_repeat_equal_numpy():
     device_like = dataclasses.replace(cpu, name="cuda-like")
     rng = np.random.default_rng(0)
     values = rng.normal(size=(3, 10)).astype(np.float32)
-    starts = np.array([0, 2, 3, 7])
-    assert np.array_equal(device_like.segment_max(values, starts), np.maximum.reduceat(values, starts, axis=1))
+    columns, starts = rng.permutation(10)[:8], np.array([0, 2, 3, 7])
+    want = np.maximum.reduceat(values[:, columns], starts, axis=1)
+    assert np.array_equal(device_like.segment_max(values, columns, starts), want)
+    assert np.array_equal(cpu.segment_max(values, columns, starts), want)
     counts = np.array([2, 0, 3, 1])
     assert np.array_equal(device_like.repeat(np.arange(4), counts), np.repeat(np.arange(4), counts))
     assert len(device_like.repeat(np.arange(0), np.zeros(0, np.int64))) == 0
 
 
-@pytest.mark.parametrize("module", ["ppr_cpu", "fused_topk", "csr_splice", "pair_select"])
+@pytest.mark.parametrize("module", ["ppr_cpu", "fused_topk", "csr_splice", "pair_select", "segments"])
 def test_cpu_kernels_release_the_interpreter_lock(module):
     """A search's kernels run in a worker thread of the service: holding the GIL, they would stall its event loop
     (and every other search) for as long as they run."""

@@ -9,6 +9,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from ..kernels.segments import sparse_row_top
 from ..rows import Rows
 
 
@@ -210,18 +211,8 @@ class BM25Index:
         w = self.weights_of(sub.data.astype(np.float64), self._df.view[np.repeat(used, np.diff(sub.indptr))],
                             self._lengths.view[sub.indices])
         by_term = sp.csr_matrix((w, sub.indices, sub.indptr), shape=(len(used), sub.shape[0]))
-        s = (sp.csr_matrix((times, (q, col)), shape=(len(queries), len(used))) @ by_term).tocoo()
-        row, text, score = s.row, s.col, s.data.astype(np.float32)
-        keep = score > 0
-        if allowed is not None:
-            keep &= np.asarray(allowed, bool)[row, text]
-        row, text, score = row[keep], text[keep], score[keep]
-        order = np.lexsort((text, -score, row))
-        row, text = row[order], text[order]
-        rank = np.arange(len(row)) - np.searchsorted(row, row)
-        take = rank < out.shape[1]
-        out[row[take], rank[take]] = text[take]
-        return out
+        s = (sp.csr_matrix((times, (q, col)), shape=(len(queries), len(used))) @ by_term).tocsr()
+        return sparse_row_top(s.indptr, s.indices, s.data.astype(np.float32), out.shape[1], allowed)
 
     def to_arrays(self) -> tuple[list[str], dict[str, np.ndarray]]:
         """The vocabulary (term of each column) and the term-count CSR arrays, for ``from_arrays``."""

@@ -223,15 +223,19 @@ class MemoryStore:
     # ---- upkeep --------------------------------------------------------------------------------------------------
     def warm_up(self) -> None:
         """Load what the first requests would otherwise wait for: the encoder's weights (seconds on a CPU), in this
-        thread, while the word lists keyword clues are made with load in the background (about a second, for the
-        first write); then start loading the indexes ``preload`` picks, in the background (after the encoder:
-        they would compete for the same cores and the interpreter's lock, and the store is ready without them)."""
-        if self.config.clue_mode == "keywords":
-            threading.Thread(target=keyword_clue, args=(["warm up"],), name="assomem-words", daemon=True).start()
+        thread; then, in the background, the indexes ``preload`` picks and after them the word lists keyword clues
+        are made with (about half a second, for the first write). All of it is Python holding the interpreter's lock,
+        so each part started at once would only slow the others: a restart's first search waits for the encoder and
+        its tenant's index, not for the words."""
         self.encoder.encode(prompted(self.encoder, "query", ["warm up"]))
         if self._preloader is None:
-            self._preloader = threading.Thread(target=self.preload, name="assomem-preload", daemon=True)
+            self._preloader = threading.Thread(target=self._warm_up_rest, name="assomem-preload", daemon=True)
             self._preloader.start()
+
+    def _warm_up_rest(self) -> None:
+        self.preload()
+        if self.config.clue_mode == "keywords" and not self._stop.is_set():
+            keyword_clue(["warm up"])
 
     def preload(self) -> list[str]:
         """Load the indexes of the tenants whose snapshots were saved last (by ``close``, an eviction or the

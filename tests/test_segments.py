@@ -1,0 +1,63 @@
+"""The CPU segment kernels equal the numpy expressions they replace."""
+import numpy as np
+import pytest
+
+from assomem_gpu.kernels.segments import segment_max, sparse_row_top
+from assomem_gpu.retrieve import top_k
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_segment_max_is_reduceat_of_the_gathered_columns(seed):
+    rng = np.random.default_rng(seed)
+    b, n = rng.integers(1, 40), rng.integers(1, 300)
+    values = rng.normal(size=(b, n)).astype(np.float32)
+    values[rng.random(values.shape) < 0.01] = np.nan  # propagates, as numpy's maximum does
+    columns = rng.permutation(n)[: rng.integers(1, n + 1)]
+    starts = np.unique(np.concatenate([[0], rng.integers(0, len(columns), 5)]))
+    want = np.maximum.reduceat(values[:, columns], starts, axis=1)
+    assert np.array_equal(segment_max(values, columns, starts), want, equal_nan=True)
+    assert segment_max(values, columns, starts[:0]).shape == (b, 0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sparse_row_top_is_the_top_of_the_dense_rows(seed):
+    rng = np.random.default_rng(seed)
+    dense = rng.integers(-2, 4, size=(rng.integers(1, 30), 60)).astype(np.float32)  # ties and values at or below 0
+    dense[rng.random(dense.shape) < 0.5] = 0
+    rows = [rng.permutation(np.flatnonzero(row)) for row in dense]  # a row's columns in any order
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    indices = np.concatenate(rows).astype(np.int64)
+    data = dense[np.repeat(np.arange(len(dense)), np.diff(indptr)), indices]
+    allowed = rng.random(dense.shape) < 0.7
+    for n in (1, 5, 60, 80):
+        for mask in (None, allowed):
+            masked = dense if mask is None else np.where(mask, dense, 0)
+            want = top_k(masked, min(n, 60))
+            want = np.where(np.take_along_axis(masked, want, axis=1) > 0, want, -1)
+            got = sparse_row_top(indptr, indices, data, n, mask)
+            assert got.shape == (len(dense), n)
+            assert np.array_equal(got[:, : want.shape[1]], want) and (got[:, want.shape[1]:] == -1).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_row_matches_equal_the_device_form(seed):
+    """The Numba scan and the gather-and-search the device runs find the same matches, in the same order."""
+    import dataclasses
+
+    from assomem_gpu.backend import get_backend
+
+    rng = np.random.default_rng(seed)
+    n_rows, n_terms, b = 50, 30, int(rng.integers(1, 8))
+    counts = rng.integers(0, 6, n_rows)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    indices = np.concatenate([np.sort(rng.choice(n_terms, c, replace=False)) for c in counts]).astype(np.int64)
+    keys = np.unique(rng.integers(0, b * n_terms, int(rng.integers(0, 40)))).astype(np.int64)
+    at = rng.integers(0, n_rows, (b, int(rng.integers(1, 20))))
+    cpu = get_backend("cpu")
+    got = cpu.row_matches(at, indptr, indices, keys, n_terms)
+    want = dataclasses.replace(cpu, name="cuda-like").row_matches(at, indptr, indices, keys, n_terms)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    flat, nz, pos = got
+    assert np.array_equal(keys[pos], flat // at.shape[1] * n_terms + indices[nz])  # each a real match
+    assert len(flat) == sum(int(np.isin(q * n_terms + indices[indptr[r]:indptr[r + 1]], keys).sum())
+                            for q in range(b) for r in at[q])  # and every one
