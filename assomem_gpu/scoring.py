@@ -323,11 +323,12 @@ def teleport(cosines, n_nodes: int, xp=np, mass=None, n_utt: int | None = None):
     """
     b, n = cosines.shape
     t = xp.zeros((b, n_nodes), np.float32)
-    xp.maximum(cosines, 0.0, out=t[:, :n])
+    part = t[:, :n]
+    xp.maximum(cosines, 0.0, out=part)
     if mass is None:
         mass = t.sum(axis=1)
-    t[:, :n] = xp.where((mass == 0)[:, None], np.float32(1.0 / max(n_utt or n, 1)),
-                        t[:, :n] / xp.maximum(mass, 1e-30)[:, None])
+    xp.divide(part, xp.maximum(mass, 1e-30)[:, None], out=part)  # in place: no (B, n) temporaries
+    part[mass == 0] = np.float32(1.0 / max(n_utt or n, 1))
     return t.T
 
 
