@@ -194,11 +194,12 @@ class BM25Index:
         texts; ``terms``: ``query_terms(queries)`` when already made.
 
         Reads only the postings of the queries' terms (the counts by term, made once after each write), so a query
-        costs what its terms' texts hold, not the whole index."""
-        out = np.full((len(queries), max(min(n, self._indptr.n - 1), 0)), -1, np.int64)  # no wider than the texts
+        costs what its terms' texts hold, not the whole index; the best are picked row by row
+        (``kernels.segments.sparse_row_top``), not sorted."""
+        width = max(min(n, self._indptr.n - 1), 0)  # no wider than the texts
         keys, times = self.query_terms(queries) if terms is None else terms
-        if not len(keys) or out.shape[1] == 0:
-            return out
+        if not len(keys) or width == 0:
+            return np.full((len(queries), width), -1, np.int64)
         post = self._postings
         if post is None:
             with self._postings_lock:
@@ -212,7 +213,7 @@ class BM25Index:
                             self._lengths.view[sub.indices])
         by_term = sp.csr_matrix((w, sub.indices, sub.indptr), shape=(len(used), sub.shape[0]))
         s = (sp.csr_matrix((times, (q, col)), shape=(len(queries), len(used))) @ by_term).tocsr()
-        return sparse_row_top(s.indptr, s.indices, s.data.astype(np.float32), out.shape[1], allowed)
+        return sparse_row_top(s.indptr, s.indices, s.data.astype(np.float32), width, allowed)
 
     def to_arrays(self) -> tuple[list[str], dict[str, np.ndarray]]:
         """The vocabulary (term of each column) and the term-count CSR arrays, for ``from_arrays``."""
