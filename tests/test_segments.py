@@ -2,8 +2,15 @@
 import numpy as np
 import pytest
 
+from assomem_gpu.kernels import segments
 from assomem_gpu.kernels.segments import segment_max, sparse_row_top
 from assomem_gpu.retrieve import top_k
+
+
+@pytest.fixture(autouse=True, params=["parallel", "serial"])
+def driver(request, monkeypatch):
+    """Every test runs each kernel's rows on the thread pool and in the calling thread."""
+    monkeypatch.setattr(segments, "PARALLEL_ROWS", 1 if request.param == "parallel" else 10**9)
 
 
 @pytest.mark.parametrize("seed", range(4))

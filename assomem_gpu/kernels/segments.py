@@ -1,5 +1,9 @@
-"""Per-row scans of runs of entries, on the CPU (Numba, parallel over rows, without the GIL); each replaces numpy
-expressions that copied or sorted every entry (figures: a batch of 32 questions, 25,000 utterances, 2 cores).
+"""Per-row scans of runs of entries, on the CPU (Numba, without the GIL); each replaces numpy expressions that copied
+or sorted every entry (figures: a batch of 32 questions, 25,000 utterances, 2 cores). Each kernel is a function of
+one row and two drivers: rows in parallel from ``PARALLEL_ROWS`` rows on, else in this thread (waking the thread
+pool cost a lone question more than its rows' work: the lexical signal of one question, 850 candidates, 0.29-0.59
+ms in numpy against 0.52-0.82 ms with a parallel launch per call). Two drivers, not one compiled twice: Numba's
+cache keys a function by its name and line, not by ``parallel``.
 
 ``segment_max``: the maximum of each run of gathered columns (a clue's best utterance), numpy's
 ``maximum.reduceat(values[:, columns], starts, axis=1)`` without the (B, n) copy the gather makes (8.2 -> 2.7 ms).
@@ -16,21 +20,38 @@ from numba import njit, prange
 from .fused_topk import _insert_cpu
 from .parallel import call_parallel
 
+PARALLEL_ROWS = 8  # rows (questions) from which a kernel runs its rows on the thread pool
+
+
+def _drive(parallel, serial, rows: int, *args):
+    return call_parallel(parallel, *args) if rows >= PARALLEL_ROWS else serial(*args)
+
+
+@njit(cache=True, nogil=True)
+def _segment_max_row(b, values, columns, starts, out):
+    n_runs = len(starts)
+    for s in range(n_runs):
+        end = starts[s + 1] if s + 1 < n_runs else len(columns)
+        best = values[b, columns[starts[s]]]
+        for j in range(starts[s] + 1, end):
+            v = values[b, columns[j]]
+            if v > best or v != v:  # NaN propagates, as numpy's maximum does
+                best = v
+                if v != v:
+                    break
+        out[b, s] = best
+
 
 @njit(cache=True, nogil=True, parallel=True)
-def _segment_max(values, columns, starts, out):
-    n_runs = len(starts)
+def _segment_max_parallel(values, columns, starts, out):
     for b in prange(values.shape[0]):
-        for s in range(n_runs):
-            end = starts[s + 1] if s + 1 < n_runs else len(columns)
-            best = values[b, columns[starts[s]]]
-            for j in range(starts[s] + 1, end):
-                v = values[b, columns[j]]
-                if v > best or v != v:  # NaN propagates, as numpy's maximum does
-                    best = v
-                    if v != v:
-                        break
-            out[b, s] = best
+        _segment_max_row(b, values, columns, starts, out)
+
+
+@njit(cache=True, nogil=True)
+def _segment_max_serial(values, columns, starts, out):
+    for b in range(values.shape[0]):
+        _segment_max_row(b, values, columns, starts, out)
 
 
 def segment_max(values: np.ndarray, columns: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -39,22 +60,34 @@ def segment_max(values: np.ndarray, columns: np.ndarray, starts: np.ndarray) -> 
     values = np.ascontiguousarray(values)
     out = np.empty((values.shape[0], len(starts)), values.dtype)
     if len(starts):
-        call_parallel(_segment_max, values, np.asarray(columns, np.int64), np.asarray(starts, np.int64), out)
+        _drive(_segment_max_parallel, _segment_max_serial, len(values), values, np.asarray(columns, np.int64),
+               np.asarray(starts, np.int64), out)
     return out
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _sparse_row_top(indptr, indices, data, allowed, use_allowed, out):
+@njit(cache=True, nogil=True)
+def _top_row(r, indptr, indices, data, allowed, use_allowed, out):
     n = out.shape[1]
+    top_s = np.full(n, -np.inf)
+    top_i = np.full(n, -1, np.int64)
+    for j in range(indptr[r], indptr[r + 1]):
+        score = data[j]
+        if score > 0 and (not use_allowed or allowed[r, indices[j]]):
+            _insert_cpu(top_s, top_i, n, score, indices[j])
+    for j in range(n):
+        out[r, j] = top_i[j]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _sparse_row_top_parallel(indptr, indices, data, allowed, use_allowed, out):
     for r in prange(out.shape[0]):
-        top_s = np.full(n, -np.inf)
-        top_i = np.full(n, -1, np.int64)
-        for j in range(indptr[r], indptr[r + 1]):
-            score = data[j]
-            if score > 0 and (not use_allowed or allowed[r, indices[j]]):
-                _insert_cpu(top_s, top_i, n, score, indices[j])
-        for j in range(n):
-            out[r, j] = top_i[j]
+        _top_row(r, indptr, indices, data, allowed, use_allowed, out)
+
+
+@njit(cache=True, nogil=True)
+def _sparse_row_top_serial(indptr, indices, data, allowed, use_allowed, out):
+    for r in range(out.shape[0]):
+        _top_row(r, indptr, indices, data, allowed, use_allowed, out)
 
 
 def sparse_row_top(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n: int,
@@ -65,43 +98,47 @@ def sparse_row_top(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n:
     out = np.full((len(indptr) - 1, n), -1, np.int64)
     if n and len(out):
         mask = np.zeros((1, 1), np.bool_) if allowed is None else np.asarray(allowed, np.bool_)
-        call_parallel(_sparse_row_top, np.asarray(indptr, np.int64), np.asarray(indices, np.int64),
-                      np.asarray(data, np.float32), mask, allowed is not None, out)
+        _drive(_sparse_row_top_parallel, _sparse_row_top_serial, len(out), np.asarray(indptr, np.int64),
+               np.asarray(indices, np.int64), np.asarray(data, np.float32), mask, allowed is not None, out)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _match_row(b, row, indptr, indices, keys, lo, hi, n_terms, flat, out_flat, out_nz, out_pos, at_out):
-    """Row ``row``'s nonzeros whose key ``b · n_terms + column`` is in ``keys[lo:hi]`` (a binary search each): their
-    count, written from ``at_out`` when ``out_flat`` has room (the second pass)."""
+def _match_question(b, at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts):
+    """Question ``b``'s candidates' nonzeros whose key ``b · n_terms + column`` is in its ``keys`` (a binary search
+    each): counted into ``counts[b]``, and written from ``starts[b]`` when ``out_flat`` has room (the second pass)."""
+    width, lo, hi = at.shape[1], bounds[b], bounds[b + 1]
     found = 0
-    for nz in range(indptr[row], indptr[row + 1]):
-        key = b * n_terms + indices[nz]
-        a, z = lo, hi
-        while a < z:
-            mid = (a + z) // 2
-            if keys[mid] < key:
-                a = mid + 1
-            else:
-                z = mid
-        if a < hi and keys[a] == key:
-            if len(out_flat):
-                out_flat[at_out + found] = flat
-                out_nz[at_out + found] = nz
-                out_pos[at_out + found] = a
-            found += 1
-    return found
+    for c in range(width):
+        row = at[b, c]
+        for nz in range(indptr[row], indptr[row + 1]):
+            key = b * n_terms + indices[nz]
+            a, z = lo, hi
+            while a < z:
+                mid = (a + z) // 2
+                if keys[mid] < key:
+                    a = mid + 1
+                else:
+                    z = mid
+            if a < hi and keys[a] == key:
+                if len(out_flat):
+                    out_flat[starts[b] + found] = b * width + c
+                    out_nz[starts[b] + found] = nz
+                    out_pos[starts[b] + found] = a
+                found += 1
+    counts[b] = found
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _row_matches(at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts):
-    width = at.shape[1]
+def _row_matches_parallel(at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts):
     for b in prange(at.shape[0]):
-        total = 0
-        for c in range(width):
-            total += _match_row(b, at[b, c], indptr, indices, keys, bounds[b], bounds[b + 1], n_terms, b * width + c,
-                                out_flat, out_nz, out_pos, starts[b] + total)
-        counts[b] = total
+        _match_question(b, at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts)
+
+
+@njit(cache=True, nogil=True)
+def _row_matches_serial(at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts):
+    for b in range(at.shape[0]):
+        _match_question(b, at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts)
 
 
 def row_matches(at: np.ndarray, indptr: np.ndarray, indices: np.ndarray, keys: np.ndarray,
@@ -114,10 +151,10 @@ def row_matches(at: np.ndarray, indptr: np.ndarray, indices: np.ndarray, keys: n
     keys = np.asarray(keys, np.int64)
     bounds = np.searchsorted(keys, np.arange(at.shape[0] + 1, dtype=np.int64) * n_terms)
     counts = np.zeros(at.shape[0], np.int64)
-    args = (np.asarray(indptr, np.int64), np.asarray(indices, np.int64), keys, bounds, np.int64(n_terms))
+    args = (at, np.asarray(indptr, np.int64), np.asarray(indices, np.int64), keys, bounds, np.int64(n_terms))
     none = np.zeros(0, np.int64)
-    call_parallel(_row_matches, at, *args, np.zeros_like(counts), none, none, none, counts)  # counts only
+    _drive(_row_matches_parallel, _row_matches_serial, len(at), *args, counts, none, none, none, counts)  # counts only
     starts = np.cumsum(counts) - counts
     out = [np.empty(int(counts.sum()), np.int64) for _ in range(3)]
-    call_parallel(_row_matches, at, *args, starts, *out, counts)
+    _drive(_row_matches_parallel, _row_matches_serial, len(at), *args, starts, *out, counts)
     return tuple(out)
