@@ -81,6 +81,12 @@ class Backend:
         ends = self.xp.cumsum(counts)
         return values[self.xp.searchsorted(ends, self.xp.arange(int(ends[-1]) if len(ends) else 0), side="right")]
 
+    def spans(self, starts, lengths):
+        """The positions ``starts[i] .. starts[i] + lengths[i] − 1`` of every span, span after span."""
+        ends = self.xp.cumsum(lengths)
+        total = int(ends[-1]) if len(lengths) else 0
+        return self.repeat(starts - (ends - lengths), lengths) + self.xp.arange(total)
+
     def row_matches(self, at, indptr, indices, keys, n_terms: int):
         """The nonzeros of the CSR rows ``at`` (B, C) whose key ``b · n_terms + column`` is in the sorted ``keys``:
         (``b · C + c``, the nonzero's position, the key's position), in the order of ``at`` and of each row's
@@ -92,8 +98,7 @@ class Backend:
             return row_matches(at, indptr, indices, keys, n_terms)
         xp, flat = self.xp, at.ravel()
         n = indptr[flat + 1] - indptr[flat]  # nonzeros of each entry's row
-        ends = xp.cumsum(n)
-        nz = self.repeat(indptr[flat] - (ends - n), n) + xp.arange(int(ends[-1]) if len(n) else 0)
+        nz = self.spans(indptr[flat], n)
         row = self.repeat(xp.arange(at.size), n)
         wanted = (row // at.shape[1]) * n_terms + indices[nz]
         pos = xp.minimum(xp.searchsorted(keys, wanted), max(len(keys) - 1, 0))

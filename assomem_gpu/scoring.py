@@ -302,14 +302,7 @@ def _members(g: MemoryGraph, clues, backend: Backend):
     by_clue, sizes = (backend.resident(g, name, 0, lambda name=name: getattr(g, name))
                       for name in ("by_clue", "clue_sizes"))
     n = sizes[clues]
-    return by_clue[_spans((xp.cumsum(sizes) - sizes)[clues], n, backend)], n
-
-
-def _spans(starts, lengths, backend: Backend):
-    """The positions ``starts[i] .. starts[i] + lengths[i] − 1`` of every span, span after span."""
-    ends = backend.xp.cumsum(lengths)
-    total = int(ends[-1]) if len(lengths) else 0
-    return backend.repeat(starts - (ends - lengths), lengths) + backend.xp.arange(total)
+    return by_clue[backend.spans((xp.cumsum(sizes) - sizes)[clues], n)], n
 
 
 def teleport(cosines, n_nodes: int, xp=np, mass=None, n_utt: int | None = None):
@@ -328,7 +321,7 @@ def teleport(cosines, n_nodes: int, xp=np, mass=None, n_utt: int | None = None):
     if mass is None:
         mass = t.sum(axis=1)
     xp.divide(part, xp.maximum(mass, 1e-30)[:, None], out=part)  # in place: no (B, n) temporaries
-    part[mass == 0] = np.float32(1.0 / max(n_utt or n, 1))
+    xp.copyto(part, np.float32(1.0 / max(n_utt or n, 1)), where=(mass == 0)[:, None])  # CuPy: no host sync
     return t.T
 
 
@@ -392,9 +385,9 @@ def _neighbourhoods(g: MemoryGraph, at: np.ndarray, valid: np.ndarray, part: np.
 
 def lexical(state: MemoryState, terms: tuple[np.ndarray, np.ndarray], at, backend: Backend):
     """BM25 scores (B, C) of the utterance rows ``at`` for the questions' ``terms`` (``BM25Index.query_terms``):
-    each candidate's weights of its question's terms times how often the question holds them. The candidates' rows
-    of the term counts (texts × terms, CSR) are gathered, each nonzero finds its question's count of that term by a
-    sorted search of ``question · n_terms + term``, and the matches are weighted (``BM25Index.weights_of``)."""
+    each candidate's weights of its question's terms times how often the question holds them. The nonzeros of the
+    candidates' rows of the term counts (texts × terms, CSR) whose term the question holds are found
+    (``Backend.row_matches``) and weighted (``BM25Index.weights_of``)."""
     xp, lex = backend.xp, state.lexical
     data, indices, indptr, df, lengths = (
         backend.resident(lex, name, state.version, lambda name=name: lex.array(name)) for name in lex.ARRAYS)

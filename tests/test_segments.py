@@ -68,3 +68,20 @@ def test_row_matches_equal_the_device_form(seed):
     assert np.array_equal(keys[pos], flat // at.shape[1] * n_terms + indices[nz])  # each a real match
     assert len(flat) == sum(int(np.isin(q * n_terms + indices[indptr[r]:indptr[r + 1]], keys).sum())
                             for q in range(b) for r in at[q])  # and every one
+
+
+def test_edge_shapes_and_a_wrong_mask():
+    """No question, no candidate, no key, no term: empty matches; a mask that does not cover the columns is refused
+    (the kernel reads it without bounds checks)."""
+    from assomem_gpu.backend import get_backend
+
+    cpu = get_backend("cpu")
+    indptr, indices = np.array([0, 2, 3]), np.array([0, 4, 1])
+    for at, keys, n_terms in ((np.zeros((0, 3), np.int64), np.array([1]), 5), (np.zeros((2, 0), np.int64),
+                              np.array([1]), 5), (np.array([[0, 1]]), np.zeros(0, np.int64), 5),
+                              (np.array([[0, 1]]), np.zeros(0, np.int64), 0)):
+        assert all(len(x) == 0 for x in cpu.row_matches(at, indptr, indices, keys, n_terms))
+    data = np.array([1.0, 2.0, 3.0], np.float32)
+    assert sparse_row_top(indptr, indices, data, 2).tolist() == [[4, 0], [1, -1]]
+    with pytest.raises(ValueError, match="allowed"):
+        sparse_row_top(indptr, indices, data, 2, np.ones((2, 4), bool))  # column 4 not covered

@@ -17,14 +17,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .fused_topk import _insert_cpu
+from .fused_topk import _insert_cpu  # a change there needs this module's cached kernels cleared: Numba's cache
+# follows only the file of the function it compiles
 from .parallel import call_parallel
 
 PARALLEL_ROWS = 8  # rows (questions) from which a kernel runs its rows on the thread pool
 
 
-def _drive(parallel, serial, rows: int, *args):
-    return call_parallel(parallel, *args) if rows >= PARALLEL_ROWS else serial(*args)
+def _drive(parallel, serial, rows: int, *args) -> None:
+    """A kernel's parallel driver on ``rows`` of ``PARALLEL_ROWS`` or more, else its serial one."""
+    call_parallel(parallel, *args) if rows >= PARALLEL_ROWS else serial(*args)
 
 
 @njit(cache=True, nogil=True)
@@ -96,6 +98,9 @@ def sparse_row_top(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n:
     the columns of its ``n`` best entries, highest value first, ties to the lower column; only values above 0 and,
     with ``allowed`` (rows, columns) bool, allowed columns; -1 past them."""
     out = np.full((len(indptr) - 1, n), -1, np.int64)
+    if allowed is not None and (np.ndim(allowed) != 2 or len(allowed) != len(out)
+                                or (len(indices) and np.shape(allowed)[1] <= int(np.max(indices)))):
+        raise ValueError(f"allowed: must be (rows, columns) with a column for every index, got {np.shape(allowed)}")
     if n and len(out):
         mask = np.zeros((1, 1), np.bool_) if allowed is None else np.asarray(allowed, np.bool_)
         _drive(_sparse_row_top_parallel, _sparse_row_top_serial, len(out), np.asarray(indptr, np.int64),
@@ -104,9 +109,9 @@ def sparse_row_top(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n:
 
 
 @njit(cache=True, nogil=True)
-def _match_question(b, at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts):
+def _match_question(b, at, indptr, indices, keys, bounds, n_terms, write, starts, out_flat, out_nz, out_pos, counts):
     """Question ``b``'s candidates' nonzeros whose key ``b · n_terms + column`` is in its ``keys`` (a binary search
-    each): counted into ``counts[b]``, and written from ``starts[b]`` when ``out_flat`` has room (the second pass)."""
+    each): counted into ``counts[b]``, and with ``write`` (the second pass) written from ``starts[b]``."""
     width, lo, hi = at.shape[1], bounds[b], bounds[b + 1]
     found = 0
     for c in range(width):
@@ -121,7 +126,7 @@ def _match_question(b, at, indptr, indices, keys, bounds, n_terms, starts, out_f
                 else:
                     z = mid
             if a < hi and keys[a] == key:
-                if len(out_flat):
+                if write:
                     out_flat[starts[b] + found] = b * width + c
                     out_nz[starts[b] + found] = nz
                     out_pos[starts[b] + found] = a
@@ -130,15 +135,19 @@ def _match_question(b, at, indptr, indices, keys, bounds, n_terms, starts, out_f
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _row_matches_parallel(at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts):
+def _row_matches_parallel(at, indptr, indices, keys, bounds, n_terms, write, starts, out_flat, out_nz, out_pos,
+                          counts):
     for b in prange(at.shape[0]):
-        _match_question(b, at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts)
+        _match_question(b, at, indptr, indices, keys, bounds, n_terms, write, starts, out_flat, out_nz, out_pos,
+                        counts)
 
 
 @njit(cache=True, nogil=True)
-def _row_matches_serial(at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts):
+def _row_matches_serial(at, indptr, indices, keys, bounds, n_terms, write, starts, out_flat, out_nz, out_pos,
+                        counts):
     for b in range(at.shape[0]):
-        _match_question(b, at, indptr, indices, keys, bounds, n_terms, starts, out_flat, out_nz, out_pos, counts)
+        _match_question(b, at, indptr, indices, keys, bounds, n_terms, write, starts, out_flat, out_nz, out_pos,
+                        counts)
 
 
 def row_matches(at: np.ndarray, indptr: np.ndarray, indices: np.ndarray, keys: np.ndarray,
@@ -153,8 +162,8 @@ def row_matches(at: np.ndarray, indptr: np.ndarray, indices: np.ndarray, keys: n
     counts = np.zeros(at.shape[0], np.int64)
     args = (at, np.asarray(indptr, np.int64), np.asarray(indices, np.int64), keys, bounds, np.int64(n_terms))
     none = np.zeros(0, np.int64)
-    _drive(_row_matches_parallel, _row_matches_serial, len(at), *args, counts, none, none, none, counts)  # counts only
+    _drive(_row_matches_parallel, _row_matches_serial, len(at), *args, False, none, none, none, none, counts)
     starts = np.cumsum(counts) - counts
     out = [np.empty(int(counts.sum()), np.int64) for _ in range(3)]
-    _drive(_row_matches_parallel, _row_matches_serial, len(at), *args, starts, *out, counts)
+    _drive(_row_matches_parallel, _row_matches_serial, len(at), *args, True, starts, *out, counts)
     return tuple(out)

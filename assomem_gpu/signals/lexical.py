@@ -9,7 +9,6 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels.segments import sparse_row_top
 from ..rows import Rows
 
 
@@ -213,6 +212,8 @@ class BM25Index:
                             self._lengths.view[sub.indices])
         by_term = sp.csr_matrix((w, sub.indices, sub.indptr), shape=(len(used), sub.shape[0]))
         s = (sp.csr_matrix((times, (q, col)), shape=(len(queries), len(used))) @ by_term).tocsr()
+        from ..kernels.segments import sparse_row_top  # Numba loads on the first search, not on import
+
         return sparse_row_top(s.indptr, s.indices, s.data.astype(np.float32), width, allowed)
 
     def to_arrays(self) -> tuple[list[str], dict[str, np.ndarray]]:

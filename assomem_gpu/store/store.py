@@ -229,13 +229,15 @@ class MemoryStore:
         its tenant's index, not for the words."""
         self.encoder.encode(prompted(self.encoder, "query", ["warm up"]))
         if self._preloader is None:
-            self._preloader = threading.Thread(target=self._warm_up_rest, name="assomem-preload", daemon=True)
+            self._preloader = threading.Thread(target=self._warm_up_rest, name="assomem-warm-up", daemon=True)
             self._preloader.start()
 
     def _warm_up_rest(self) -> None:
-        self.preload()
-        if self.config.clue_mode == "keywords" and not self._stop.is_set():
-            keyword_clue(["warm up"])
+        try:
+            self.preload()
+        finally:
+            if self.config.clue_mode == "keywords" and not self._stop.is_set():
+                keyword_clue(["warm up"])
 
     def preload(self) -> list[str]:
         """Load the indexes of the tenants whose snapshots were saved last (by ``close``, an eviction or the
