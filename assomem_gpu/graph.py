@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 
 from . import ivf
 from .ivf import Codebook
@@ -271,6 +270,8 @@ def merge_clues(session_emb: np.ndarray, delta: float, how: str = "components") 
         order = np.lexsort((j, i))
         return _leader_labels(n, i[order], j[order])
     graph = sp.csr_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
+    from scipy.sparse.csgraph import connected_components  # imports scipy.linalg (~0.1 s): not at a server's start
+
     _, labels = connected_components(graph, directed=False)
     return labels.astype(np.int64)
 
