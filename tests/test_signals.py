@@ -83,7 +83,6 @@ def test_teleport_clips_negatives_and_skips_clues():
     assert far[:3, 0] == pytest.approx([1 / 3] * 3) and far[3:].sum() == 0
 
 
-
 @pytest.mark.parametrize("mass_dtype", [np.float32, np.float64])
 def test_teleport_of_a_part_divides_by_the_whole_mass_as_numpy_would(mass_dtype):
     """A part's values are its clipped cosines over the whole memory's mass (float32 or float64, rounded once to
@@ -97,6 +96,7 @@ def test_teleport_of_a_part_divides_by_the_whole_mass_as_numpy_would(mass_dtype)
     want[2] = np.float32(1 / 20)
     assert t.dtype == np.float32 and t.shape == (9, 4)
     assert np.array_equal(t[:7].T, want) and not t[7:].any()
+
 
 @pytest.mark.parametrize("text, start, end, order", [
     ("What did I do two weeks ago?", "2023-05-09", "2023-05-23", None),

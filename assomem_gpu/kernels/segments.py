@@ -26,7 +26,10 @@ PARALLEL_ROWS = 8  # rows (questions) from which a kernel runs its rows on the t
 
 def _drive(parallel, serial, rows: int, *args) -> None:
     """A kernel's parallel driver on ``rows`` of ``PARALLEL_ROWS`` or more, else its serial one."""
-    call_parallel(parallel, *args) if rows >= PARALLEL_ROWS else serial(*args)
+    if rows >= PARALLEL_ROWS:
+        call_parallel(parallel, *args)
+    else:
+        serial(*args)
 
 
 @njit(cache=True, nogil=True)
@@ -37,10 +40,11 @@ def _segment_max_row(b, values, columns, starts, out):
         best = values[b, columns[starts[s]]]
         for j in range(starts[s] + 1, end):
             v = values[b, columns[j]]
-            if v > best or v != v:  # NaN propagates, as numpy's maximum does
+            if v != v:  # NaN propagates, as numpy's maximum does
                 best = v
-                if v != v:
-                    break
+                break
+            if v > best:
+                best = v
         out[b, s] = best
 
 
