@@ -488,9 +488,14 @@ def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
         assert np.all(cos[b][rows[b] < 0] == -np.inf)
 
 
-def test_pair_selection_kernel_equals_partition_and_nonzero():
-    """The per-row floor (keep-th largest less a margin, at least the radius) and the pick, against numpy's own."""
+@pytest.mark.parametrize("pool", [True, False])
+def test_pair_selection_kernel_equals_partition_and_nonzero(pool, monkeypatch):
+    """The per-row floor (keep-th largest less a margin, at least the radius) and the pick, against numpy's own, with
+    the rows on the thread pool and in this thread."""
+    from assomem_gpu.kernels import pair_select
     from assomem_gpu.kernels.pair_select import MAX_KEEP, select_pairs
+
+    monkeypatch.setattr(pair_select, "PARALLEL_VALUES", 1 if pool else 10**12)
 
     def by_numpy(sims, radius, keep, doubt):
         floor = np.full(len(sims), radius, np.float32)

@@ -5,7 +5,7 @@ and the rows whose probes reach given lists (the old rows an add's new rows may 
 query, the products above ``max(radius, keep-th largest − doubt)``. With numpy that is a partition, a comparison
 and a ``nonzero`` over the whole block (three passes and two block-sized temporaries, more time than the GEMM);
 here each row finds its keep-th largest value in a buffer of ``keep`` and then picks its pairs, in parallel over
-rows.
+rows for a large block and in this thread for a small one.
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from numba import njit, prange
 from .parallel import call_parallel
 
 MAX_KEEP = 64  # above this many values per row's buffer, select_pairs partitions with numpy
+PARALLEL_VALUES = 1 << 17  # products in a block from which select_pairs runs its rows on the thread pool: an add's
+# blocks (a new row against a list's ~400 members) cost ~5 us of work and ~165 us for two parallel launches
 
 
 @njit(cache=True, nogil=True)
@@ -44,28 +46,50 @@ def _floor(row, radius, keep, doubt):
     return low if low > radius else radius
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _select(sims, radius, keep, doubt, floors, counts):
-    for r in prange(sims.shape[0]):
-        f = _floor(sims[r], radius, keep, doubt)
-        floors[r] = f
-        c = 0
-        for j in range(sims.shape[1]):
-            if sims[r, j] > f:
-                c += 1
-        counts[r] = c
+@njit(cache=True, nogil=True)
+def _select_row(r, sims, radius, keep, doubt, floors, counts):
+    f = _floor(sims[r], radius, keep, doubt)
+    floors[r] = f
+    c = 0
+    for j in range(sims.shape[1]):
+        if sims[r, j] > f:
+            c += 1
+    counts[r] = c
+
+
+@njit(cache=True, nogil=True)
+def _gather_row(r, sims, floors, starts, rows, cols):
+    at = starts[r]
+    f = floors[r]
+    for j in range(sims.shape[1]):
+        if sims[r, j] > f:
+            rows[at] = r
+            cols[at] = j
+            at += 1
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _gather(sims, floors, starts, rows, cols):
+def _select_parallel(sims, radius, keep, doubt, floors, counts):
     for r in prange(sims.shape[0]):
-        at = starts[r]
-        f = floors[r]
-        for j in range(sims.shape[1]):
-            if sims[r, j] > f:
-                rows[at] = r
-                cols[at] = j
-                at += 1
+        _select_row(r, sims, radius, keep, doubt, floors, counts)
+
+
+@njit(cache=True, nogil=True)
+def _select_serial(sims, radius, keep, doubt, floors, counts):
+    for r in range(sims.shape[0]):
+        _select_row(r, sims, radius, keep, doubt, floors, counts)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _gather_parallel(sims, floors, starts, rows, cols):
+    for r in prange(sims.shape[0]):
+        _gather_row(r, sims, floors, starts, rows, cols)
+
+
+@njit(cache=True, nogil=True)
+def _gather_serial(sims, floors, starts, rows, cols):
+    for r in range(sims.shape[0]):
+        _gather_row(r, sims, floors, starts, rows, cols)
 
 
 def select_pairs(sims: np.ndarray, radius: float, keep: int, doubt: float) -> tuple[np.ndarray, np.ndarray]:
@@ -82,11 +106,19 @@ def select_pairs(sims: np.ndarray, radius: float, keep: int, doubt: float) -> tu
         return rows.astype(np.int64), cols.astype(np.int64)
     n = sims.shape[0]
     floors, counts = np.empty(n, np.float32), np.empty(n, np.int64)
-    call_parallel(_select, sims, np.float32(radius), keep, np.float32(doubt), floors, counts)
+    pool = sims.size >= PARALLEL_VALUES
+    _run(_select_parallel, _select_serial, pool, sims, np.float32(radius), keep, np.float32(doubt), floors, counts)
     starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     rows, cols = np.empty(int(starts[-1]), np.int64), np.empty(int(starts[-1]), np.int64)
-    call_parallel(_gather, sims, floors, starts[:-1], rows, cols)
+    _run(_gather_parallel, _gather_serial, pool, sims, floors, starts[:-1], rows, cols)
     return rows, cols
+
+
+def _run(parallel, serial, pool: bool, *args) -> None:
+    if pool:
+        call_parallel(parallel, *args)
+    else:
+        serial(*args)
 
 
 @njit(parallel=True, cache=True, nogil=True)
