@@ -102,12 +102,16 @@ class Relevance:
     utterance (``rows`` None; -inf where a filter excludes one) or, probed, over the members of the IVF lists each
     question probes (``rows`` (B, n), -1 past a question's); ``mass`` (B,) the clipped sum of ``values``."""
 
-    xp: Any  # the backend's array module
+    backend: Backend
     q: Any  # (B, dim) the questions
     emb: Any  # (n_utt, dim) the memory's utterances
     values: Any
     rows: Any
     mass: Any
+
+    @property
+    def xp(self):
+        return self.backend.xp
 
     def everything(self):
         """(B, n_utt) every cosine (what ``values`` are when not probed)."""
@@ -121,23 +125,36 @@ class Relevance:
             return self.values[part] if rows is None else self.values[part[:, None], rows]
         return self.q[part] @ (self.emb if rows is None else self.emb[rows]).T
 
-    def of_rows(self, at):
-        """(B, C) each question's cosines to its utterance rows ``at``."""
+    def of_rows(self, at, valid):
+        """(B, C) each question's cosines to its utterance rows ``at`` where ``valid`` (elsewhere padding: any
+        value)."""
+        xp = self.xp
         if self.rows is None:
-            return self.xp.take_along_axis(self.values, at, axis=1)
-        return cosines_of_rows(self.emb, self.q, at, self.xp)
+            return xp.take_along_axis(self.values, at, axis=1)
+        out = xp.zeros(at.shape, np.float32)
+        qb, cc = xp.nonzero(valid)
+        out[qb, cc] = self.of_pairs(qb, at[qb, cc])
+        return out
 
-
-GATHER_BUDGET = 1 << 25  # floats: the rows one part of a batch gathers (128 MiB)
-
-
-def cosines_of_rows(vectors, q, at, xp):
-    """(B, C) each question's cosines to its rows ``at`` (B, C) of ``vectors`` (n, dim): the rows gathered for a
-    part of the questions at a time, at most ``GATHER_BUDGET`` floats."""
-    step = max(1, GATHER_BUDGET // max(at.shape[1] * vectors.shape[1], 1))
-    parts = [xp.matmul(vectors[at[lo : lo + step]], q[lo : lo + step, :, None])[:, :, 0]
-             for lo in range(0, len(at), step)]
-    return xp.concatenate(parts) if parts else xp.zeros(at.shape, np.float32)
+    def of_pairs(self, questions, rows):
+        """(n,) the cosine of question ``questions[i]`` to utterance row ``rows[i]`` (1-d arrays). Probed, a row
+        among its question's probed members is read from ``values``, only the others computed
+        (``Backend.pair_cosines``)."""
+        xp = self.xp
+        if self.rows is None:
+            return self.values[questions, rows]
+        n = len(self.emb) + 1  # keys question · n + row ascend over the batch (a question's padding, -1, as n - 1)
+        held = (xp.arange(len(self.rows))[:, None] * n + xp.where(self.rows < 0, n - 1, self.rows)).ravel()
+        want = questions * n + rows
+        if len(held) == 0:
+            return self.backend.pair_cosines(self.emb, self.q, questions, rows)
+        at = xp.minimum(xp.searchsorted(held, want), len(held) - 1)
+        found = held[at] == want
+        out = xp.where(found, self.values.ravel()[at], np.float32(0))
+        miss = xp.flatnonzero(~found)
+        if len(miss):
+            out[miss] = self.backend.pair_cosines(self.emb, self.q, questions[miss], rows[miss])
+        return out
 
 
 PROBED_SHARE = 8  # probing pays when the probed lists are at most 1/8 of the memory's lists
@@ -161,13 +178,13 @@ def relevance(g: MemoryGraph, q, emb, queries: Queries, allowed, config: AssoMem
         values = q @ emb.T
         if allowed is not None:
             values = xp.where(allowed, values, np.float32(-np.inf))
-        return Relevance(xp, q, emb, values, None, xp.maximum(values, 0.0).sum(axis=1))
+        return Relevance(backend, q, emb, values, None, xp.maximum(values, 0.0).sum(axis=1))
     order, bounds = g.search.lists
     held, book = g.search.held
     lists = held[ivf.probes(book, queries.emb, config.query_probe)]
     rows, values = ivf.probed_cosines(emb, q, lists, backend.resident(g.search, "order", 0, lambda: order), bounds,
                                       xp)
-    return Relevance(xp, q, emb, values, rows, xp.where(rows >= 0, xp.maximum(values, 0.0), 0.0).sum(axis=1))
+    return Relevance(backend, q, emb, values, rows, xp.where(rows >= 0, xp.maximum(values, 0.0), 0.0).sum(axis=1))
 
 
 def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend: Backend, stage) -> Scored:
@@ -190,7 +207,7 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
     valid = xp.arange(cand.shape[1]) < counts[:, None]
     at = xp.where(valid, cand, 0)  # padding reads row 0, then counts for nothing
     signals = xp.zeros(cand.shape + (n_sig,))
-    rel_at = rel.of_rows(at)
+    rel_at = rel.of_rows(at, valid)
     for s, name in enumerate(config.signals):
         if name == "relevance":
             signals[:, :, s] = rel_at
@@ -205,7 +222,7 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             with stage("context"):
                 norms = backend.resident(state.context, "view", state.version, lambda: state.context.view)
                 session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
-                signals[:, :, s] = context_scores(rel.of_rows, at, session, norms, config.context_window, xp,
+                signals[:, :, s] = context_scores(rel.of_pairs, at, session, norms, config.context_window, xp,
                                                   known=rel_at)
         elif name == "temporal":
             with stage("temporal"):

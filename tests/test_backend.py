@@ -105,6 +105,30 @@ def test_a_library_missing_a_symbol_is_refused_with_its_path(tmp_path, monkeypat
         cuda_lib._load.cache_clear()
 
 
+@pytest.mark.parametrize("pool", [True, False])
+def test_pair_cosines_equal_the_products_of_the_pairs_on_the_cpu_and_in_the_device_form(pool, monkeypatch):
+    """The CPU kernel (rows on the thread pool and in this thread) and the device form (run here on numpy arrays)
+    give each pair's dot product, in any order of pairs."""
+    import dataclasses
+
+    from assomem_gpu.backend import get_backend
+    from assomem_gpu.kernels import pair_cosines
+
+    monkeypatch.setattr(pair_cosines, "PARALLEL_PAIRS", 1 if pool else 10**9)
+    cpu = get_backend("cpu")
+    device_like = dataclasses.replace(cpu, name="cuda-like")
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(500, 384)).astype(np.float32)
+    q = rng.normal(size=(7, 384)).astype(np.float32)
+    questions, rows = rng.integers(0, 7, size=3000), rng.integers(0, 500, size=3000)
+    want = np.einsum("ij,ij->i", vectors[rows].astype(np.float64), q[questions].astype(np.float64))
+    for backend in (cpu, device_like):
+        got = backend.pair_cosines(vectors, q, questions, rows)
+        assert got.dtype == np.float32 and got.shape == (3000,)
+        assert np.allclose(got, want, rtol=0, atol=2e-4)
+        assert len(backend.pair_cosines(vectors, q, questions[:0], rows[:0])) == 0
+
+
 def test_the_device_forms_of_segment_max_and_repeat_equal_numpy():
     """CuPy's reduceat takes only ``add`` and its repeat no array of counts: the device forms (run here on numpy
     arrays) equal numpy's."""
@@ -125,7 +149,8 @@ def test_the_device_forms_of_segment_max_and_repeat_equal_numpy():
     assert len(device_like.repeat(np.arange(0), np.zeros(0, np.int64))) == 0
 
 
-@pytest.mark.parametrize("module", ["ppr_cpu", "fused_topk", "csr_splice", "pair_select", "segments"])
+@pytest.mark.parametrize("module", ["ppr_cpu", "fused_topk", "csr_splice", "pair_select", "segments",
+                                    "pair_cosines"])
 def test_cpu_kernels_release_the_interpreter_lock(module):
     """A search's kernels run in a worker thread of the service: holding the GIL, they would stall its event loop
     (and every other search) for as long as they run."""

@@ -486,6 +486,20 @@ def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
         assert sorted(got) == sorted(want) and len(got) == len(set(got))
         assert np.allclose(cos[b][rows[b] >= 0], x[got] @ q[b], atol=1e-6)
         assert np.all(cos[b][rows[b] < 0] == -np.inf)
+    # a probed batch's cosines to any rows: read where probed, computed elsewhere, equal either way
+    from assomem_gpu.backend import get_backend
+    from assomem_gpu.scoring import Relevance
+
+    rel = Relevance(get_backend("cpu"), q, x, cos, rows, None)
+    questions = np.sort(rng.integers(0, 5, size=400))
+    pairs = rng.integers(0, 300, size=400)
+    read = np.array([np.isin(r, rows[b]) for b, r in zip(questions, pairs)])
+    assert 0 < read.sum() < len(read)
+    assert np.allclose(rel.of_pairs(questions, pairs), np.einsum("ij,ij->i", x[pairs], q[questions]), atol=1e-5)
+    at = np.sort(rng.integers(0, 300, size=(5, 30)), axis=1)
+    valid = np.arange(30) < np.array([30, 0, 12, 5, 30])[:, None]
+    got = rel.of_rows(at, valid)
+    assert np.allclose(got[valid], np.einsum("bcd,bd->bc", x[at], q)[valid], atol=1e-5)
 
 
 @pytest.mark.parametrize("pool", [True, False])

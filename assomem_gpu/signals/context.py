@@ -33,14 +33,15 @@ def context_norms(offsets: np.ndarray, emb: np.ndarray, window: int, block: int 
     return out
 
 
-def context_scores(of_rows, at, session, norms, window: int, xp=np, known=None):
+def context_scores(of_pairs, at, session, norms, window: int, xp=np, known=None):
     """(B, C) the context signal of each question's candidate rows ``at`` (valid rows; padding reads row 0).
 
-    ``of_rows(rows)`` gives each question's cosines to its rows (B, k) (``scoring.Relevance.of_rows``);
+    ``of_pairs(questions, rows)`` gives the cosine of question ``questions[i]`` to utterance row ``rows[i]`` (1-d,
+    ``questions`` ascending; ``scoring.Relevance.of_pairs``);
     ``session`` (n_utt,) each utterance's session row and ``norms`` its ``context_norms``, on ``xp``. ``known``
     (B, C), when given, holds the cosines of ``at`` themselves, each question's rows ascending: a turn ``d`` away from
     a candidate that is the candidate ``d`` places along (a clue brings whole sessions) is read there, and only the
-    other turns are computed (``of_rows`` gathers rows in a probed memory)."""
+    other turns are asked of ``of_pairs``."""
     n = len(session)
     steps = xp.asarray(np.r_[np.arange(-window, 0), np.arange(1, window + 1)])
     near = at[:, :, None] + steps  # (B, C, 2·window) the turns around each candidate
@@ -49,19 +50,15 @@ def context_scores(of_rows, at, session, norms, window: int, xp=np, known=None):
     same = inside & (session[near] == session[at][:, :, None])
     b, c = at.shape
     if known is None:
-        cos = of_rows(near.reshape(b, -1)).reshape(near.shape)
+        cos = of_pairs(xp.repeat(xp.arange(b), near.shape[1] * near.shape[2]), near.ravel()).reshape(near.shape)
     else:
         along = xp.clip(xp.arange(c)[:, None] + steps, 0, max(c - 1, 0)).reshape(1, -1)  # positions d along
         along = xp.broadcast_to(along, (b, along.shape[1]))
         hit = xp.take_along_axis(at, along, axis=1).reshape(near.shape) == near
         cos = xp.where(hit, xp.take_along_axis(known, along, axis=1).reshape(near.shape), 0.0)
-        qb, cc, kk = xp.nonzero(same & ~hit)  # the turns to compute: a question's at most as wide as its own
+        qb, cc, kk = xp.nonzero(same & ~hit)  # the other turns
         if len(qb):
-            counts = xp.bincount(qb, minlength=b)
-            slot = xp.arange(len(qb)) - (xp.cumsum(counts) - counts)[qb]
-            rows = xp.zeros((b, int(counts.max())), near.dtype)  # padding reads row 0, then is dropped
-            rows[qb, slot] = near[qb, cc, kk]
-            cos[qb, cc, kk] = of_rows(rows)[qb, slot]
+            cos[qb, cc, kk] = of_pairs(qb, near[qb, cc, kk])
     total = xp.where(same & xp.isfinite(cos), cos, 0.0).sum(axis=2)  # a filtered-out turn (-inf) adds nothing
     norm = norms[at]
     return xp.where(norm > 0, total / xp.where(norm > 0, norm, 1.0), 0.0)
