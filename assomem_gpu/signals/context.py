@@ -36,8 +36,8 @@ def context_norms(offsets: np.ndarray, emb: np.ndarray, window: int, block: int 
 def context_scores(of_pairs, at, session, norms, window: int, xp=np, known=None):
     """(B, C) the context signal of each question's candidate rows ``at`` (valid rows; padding reads row 0).
 
-    ``of_pairs(questions, rows)`` gives the cosine of question ``questions[i]`` to utterance row ``rows[i]`` (1-d,
-    ``questions`` ascending; ``scoring.Relevance.of_pairs``);
+    ``of_pairs(questions, rows)`` gives the cosine of question ``questions[i]`` to utterance row ``rows[i]`` (1-d;
+    ``scoring.Relevance.of_pairs``);
     ``session`` (n_utt,) each utterance's session row and ``norms`` its ``context_norms``, on ``xp``. ``known``
     (B, C), when given, holds the cosines of ``at`` themselves, each question's rows ascending: a turn ``d`` away from
     a candidate that is the candidate ``d`` places along (a clue brings whole sessions) is read there, and only the
