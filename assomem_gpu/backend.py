@@ -86,6 +86,36 @@ class Backend:
                  for lo in range(0, len(rows), PAIR_BLOCK)]
         return xp.concatenate(parts).astype(np.float32, copy=False) if parts else xp.zeros(0, np.float32)
 
+    def block_cosines(self, x, q, part, rows):
+        """(len(part), len(rows)) ``q[part] @ x[rows].T``. On the CPU a Numba kernel that reads each row once, in
+        place (``kernels/pair_cosines.py``); on the device the rows gathered and multiplied."""
+        if self.name == "cpu":
+            from .kernels.pair_cosines import block_cosines
+
+            return block_cosines(x, q, part, rows)
+        return q[part] @ x[rows].T
+
+    def list_cosines(self, x, q, order, lo, hi, first, pair_b, pair_at, rows, cos) -> None:
+        """A probed batch's cosines, list by list (``ivf.probed_cosines``): for list ``g``, members
+        ``order[lo[g]:hi[g]]``, and its questions ``pair_b[first[g]:first[g + 1]]`` (host arrays), each member's row
+        and cosine written at the question's ``pair_at`` plus the member's place, into the flat ``rows`` and ``cos``.
+        On the CPU a Numba kernel that reads each member once, in place (``kernels/pair_cosines.py``); on the device
+        one product per list of its gathered members and its questions."""
+        if self.name == "cpu":
+            from .kernels.pair_cosines import list_cosines
+
+            return list_cosines(x, q, order, lo, hi, first, pair_b, pair_at, rows, cos)
+        xp, blocks, where, held = self.xp, [], [], []
+        for g in range(len(lo)):
+            b, at = pair_b[first[g] : first[g + 1]], pair_at[first[g] : first[g + 1]]
+            blocks.append((q[xp.asarray(b)] @ x[order[int(lo[g]) : int(hi[g])]].T).ravel())
+            where.append((at[:, None] + np.arange(hi[g] - lo[g])).ravel())
+            held.append(np.tile(np.arange(lo[g], hi[g]), len(b)))  # positions in order of the block's members
+        if blocks:
+            at = xp.asarray(np.concatenate(where))
+            cos[at] = xp.concatenate(blocks)
+            rows[at] = order[xp.asarray(np.concatenate(held))]
+
     def repeat(self, values, counts):
         """``values[i]`` ``counts[i]`` times, in order: numpy.repeat (CuPy's takes no array of counts, so on the
         device each output position finds its value by a sorted search of the counts' running sum)."""

@@ -146,35 +146,29 @@ def members(probe: np.ndarray, n_lists: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.searchsorted(probe[order, 0], np.arange(n_lists + 1)).astype(np.int64)
 
 
-def probed_cosines(x, q, lists: np.ndarray, order, bounds: np.ndarray, xp=np):
+def probed_cosines(x, q, lists: np.ndarray, order, bounds: np.ndarray, backend):
     """Each question's cosines to the members of the lists it probes: (B, S) rows (int64, ascending, -1 past a
     question's members) and their cosines (float32, -inf there), S the most members any question probes.
 
     ``x`` (n, dim) and ``q`` (B, dim) are the backend's arrays; ``lists`` (B, P) the probed lists (host, distinct
-    per question) and ``order``/``bounds`` the lists' members (``members``; ``order`` on the backend). One product
-    per list the batch probes, with the questions that probe it, as ``candidate_pairs`` does for utterances.
+    per question) and ``order``/``bounds`` the lists' members (``members``; ``order`` on the backend). The products
+    are the backend's ``list_cosines``, list by list, each list with the questions that probe it.
     """
+    xp = backend.xp
     n_b, n_p = lists.shape
     sizes = np.diff(bounds)[lists]
     width = int(sizes.sum(axis=1).max(initial=0))
     start = (np.cumsum(sizes, axis=1) - sizes).ravel()  # where each probed list's members start in the question's row
     flat = lists.ravel()
     by_list = np.argsort(flat, kind="stable")  # (question, probe) pairs grouped by list
-    blocks, where, held = [], [], []
-    for pairs in np.split(by_list, np.flatnonzero(np.diff(flat[by_list])) + 1):
-        lst = flat[pairs[0]]
-        lo, hi = int(bounds[lst]), int(bounds[lst + 1])
-        if hi > lo:
-            b = pairs // n_p
-            blocks.append((q[xp.asarray(b)] @ x[order[lo:hi]].T).ravel())
-            where.append(((b * width + start[pairs])[:, None] + np.arange(hi - lo)).ravel())
-            held.append(np.tile(np.arange(lo, hi), len(b)))  # positions in order of the block's members
+    first = np.flatnonzero(np.r_[True, np.diff(flat[by_list]) != 0, True])  # where each list's pairs start
+    used = flat[by_list[first[:-1]]]
+    pair_b = by_list // n_p
     rows = xp.full(n_b * width, -1, np.int64)
     cos = xp.full(n_b * width, -np.inf, np.float32)
-    if blocks:
-        at = xp.asarray(np.concatenate(where))
-        cos[at] = xp.concatenate(blocks)
-        rows[at] = order[xp.asarray(np.concatenate(held))]
+    if len(by_list):
+        backend.list_cosines(x, q, order, bounds[used], bounds[used + 1], first, pair_b,
+                             pair_b * width + start[by_list], rows, cos)
     rows, cos = rows.reshape(n_b, width), cos.reshape(n_b, width)
     ascending = xp.argsort(xp.where(rows < 0, np.iinfo(np.int64).max, rows), axis=1)  # ties then fall to the lower row
     return xp.take_along_axis(rows, ascending, axis=1), xp.take_along_axis(cos, ascending, axis=1)

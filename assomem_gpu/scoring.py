@@ -123,7 +123,7 @@ class Relevance:
         part, rows = self.xp.asarray(part), None if rows is None else self.xp.asarray(rows)
         if self.rows is None:
             return self.values[part] if rows is None else self.values[part[:, None], rows]
-        return self.q[part] @ (self.emb if rows is None else self.emb[rows]).T
+        return self.q[part] @ self.emb.T if rows is None else self.backend.block_cosines(self.emb, self.q, part, rows)
 
     def of_rows(self, at, valid):
         """(B, C) each question's cosines to its utterance rows ``at`` where ``valid`` (elsewhere padding: any
@@ -183,7 +183,7 @@ def relevance(g: MemoryGraph, q, emb, queries: Queries, allowed, config: AssoMem
     held, book = g.search.held
     lists = held[ivf.probes(book, queries.emb, config.query_probe)]
     rows, values = ivf.probed_cosines(emb, q, lists, backend.resident(g.search, "order", 0, lambda: order), bounds,
-                                      xp)
+                                      backend)
     return Relevance(backend, q, emb, values, rows, xp.where(rows >= 0, xp.maximum(values, 0.0), 0.0).sum(axis=1))
 
 

@@ -106,9 +106,9 @@ def test_a_library_missing_a_symbol_is_refused_with_its_path(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("pool", [True, False])
-def test_pair_cosines_equal_the_products_of_the_pairs_on_the_cpu_and_in_the_device_form(pool, monkeypatch):
-    """The CPU kernel (rows on the thread pool and in this thread) and the device form (run here on numpy arrays)
-    give each pair's dot product, in any order of pairs."""
+def test_pair_and_block_cosines_equal_the_products_on_the_cpu_and_in_the_device_form(pool, monkeypatch):
+    """The CPU kernels (rows on the thread pool and in this thread) and the device forms (run here on numpy arrays)
+    give each pair's dot product, in any order of pairs, and a block of questions' products with rows."""
     import dataclasses
 
     from assomem_gpu.backend import get_backend
@@ -127,6 +127,9 @@ def test_pair_cosines_equal_the_products_of_the_pairs_on_the_cpu_and_in_the_devi
         assert got.dtype == np.float32 and got.shape == (3000,)
         assert np.allclose(got, want, rtol=0, atol=2e-4)
         assert len(backend.pair_cosines(vectors, q, questions[:0], rows[:0])) == 0
+        part, some = np.array([3, 0, 6]), rng.integers(0, 500, size=900)
+        block = backend.block_cosines(vectors, q, part, some)
+        assert block.shape == (3, 900) and np.allclose(block, q[part].astype(np.float64) @ vectors[some].T, atol=2e-4)
 
 
 def test_the_device_forms_of_segment_max_and_repeat_equal_numpy():

@@ -469,7 +469,10 @@ def test_local_importance_equals_that_many_iterations_over_the_whole_graph(hops)
 
 
 def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
+    import dataclasses
+
     from assomem_gpu import ivf
+    from assomem_gpu.backend import get_backend
 
     rng = np.random.default_rng(7)
     x = rng.normal(size=(300, 16)).astype(np.float32)
@@ -479,7 +482,9 @@ def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
     probe = ivf.probes(book, x, 2)
     order, bounds = ivf.members(probe, book.n_lists)
     lists = ivf.probes(book, q, 4)
-    rows, cos = ivf.probed_cosines(x, q, lists, order, bounds)
+    rows, cos = ivf.probed_cosines(x, q, lists, order, bounds, get_backend("cpu"))
+    device_like = ivf.probed_cosines(x, q, lists, order, bounds, dataclasses.replace(get_backend("cpu"), name="dev"))
+    assert np.array_equal(device_like[0], rows) and np.allclose(device_like[1], cos, atol=1e-6)
     for b in range(5):
         want = np.flatnonzero(np.isin(probe[:, 0], lists[b]))
         got = rows[b][rows[b] >= 0]
@@ -487,7 +492,6 @@ def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
         assert np.allclose(cos[b][rows[b] >= 0], x[got] @ q[b], atol=1e-6)
         assert np.all(cos[b][rows[b] < 0] == -np.inf)
     # a probed batch's cosines to any rows: read where probed, computed elsewhere, equal either way
-    from assomem_gpu.backend import get_backend
     from assomem_gpu.scoring import Relevance
 
     rel = Relevance(get_backend("cpu"), q, x, cos, rows, None)

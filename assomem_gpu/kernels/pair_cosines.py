@@ -1,10 +1,16 @@
-"""Cosines of (question, row) pairs read in place, on the CPU (Numba, without the GIL).
+"""Cosines of questions to rows read in place, on the CPU (Numba, without the GIL): of (question, row) pairs, and of
+the questions that probe an inverted list to the list's members.
 
 A probed search needs a question's cosines to utterances outside the lists it probed (the other turns of a clue's
 sessions, their context turns). Gathered into a copy and multiplied by the question, each 1.5 KB row is read, written
 and read again for a 4-byte result. Here each pair's dot product reads the row where it lies: 256,000 pairs of 384
 dimensions 127 -> 20 ms on 2 cores. Pairs run in parallel from ``PARALLEL_PAIRS`` on, else in this thread (a parallel
 launch costs ~80 us, about 1,000 pairs' work).
+
+``block_cosines`` is a part of a batch's cosines to the utterances of its neighbourhood (the PPR teleport), each row
+read once for all the part's questions. ``list_cosines`` is a probed batch's relevance (``ivf.probed_cosines``): numpy gathered each probed list's members
+and multiplied them by the questions that probe it, one product per list. Here the lists run in parallel, and each
+member, read once, meets each of its list's questions.
 """
 from __future__ import annotations
 
@@ -47,4 +53,66 @@ def pair_cosines(vectors: np.ndarray, q: np.ndarray, questions: np.ndarray, rows
         call_parallel(_pairs_parallel, *args)
     else:
         _pairs_serial(*args)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _list(g, x, q, order, lo, hi, first, pair_b, pair_at, rows, cos):
+    for k in range(lo[g], hi[g]):
+        m = order[k]
+        for j in range(first[g], first[g + 1]):
+            at = pair_at[j] + k - lo[g]
+            rows[at] = m
+            cos[at] = _dot(x, q, pair_b[j], m)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _lists_parallel(x, q, order, lo, hi, first, pair_b, pair_at, rows, cos):
+    for g in prange(lo.shape[0]):
+        _list(g, x, q, order, lo, hi, first, pair_b, pair_at, rows, cos)
+
+
+@njit(cache=True, nogil=True)
+def _lists_serial(x, q, order, lo, hi, first, pair_b, pair_at, rows, cos):
+    for g in range(lo.shape[0]):
+        _list(g, x, q, order, lo, hi, first, pair_b, pair_at, rows, cos)
+
+
+def list_cosines(x: np.ndarray, q: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 first: np.ndarray, pair_b: np.ndarray, pair_at: np.ndarray, rows: np.ndarray,
+                 cos: np.ndarray) -> None:
+    """For each list ``g`` (members ``order[lo[g]:hi[g]]``) and each of its questions ``pair_b[j]``, ``j`` in
+    ``first[g]:first[g + 1]``: the member's row and its cosine to the question written at ``pair_at[j]`` plus the
+    member's place in the list, into the flat ``rows`` (int64) and ``cos`` (float32)."""
+    args = (np.ascontiguousarray(x, np.float32), np.ascontiguousarray(q, np.float32),
+            *(np.ascontiguousarray(a, np.int64) for a in (order, lo, hi, first, pair_b, pair_at)), rows, cos)
+    if int(((hi - lo) * np.diff(first)).sum()) >= PARALLEL_PAIRS:
+        call_parallel(_lists_parallel, *args)
+    else:
+        _lists_serial(*args)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _block_parallel(x, q, part, rows, out):
+    for k in prange(rows.shape[0]):
+        for j in range(part.shape[0]):
+            out[j, k] = _dot(x, q, part[j], rows[k])
+
+
+@njit(cache=True, nogil=True)
+def _block_serial(x, q, part, rows, out):
+    for k in range(rows.shape[0]):
+        for j in range(part.shape[0]):
+            out[j, k] = _dot(x, q, part[j], rows[k])
+
+
+def block_cosines(x: np.ndarray, q: np.ndarray, part: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """(len(part), len(rows)) float32: ``q[part] @ x[rows].T``, each row of ``x`` read once, where it lies."""
+    out = np.empty((len(part), len(rows)), np.float32)
+    args = (np.ascontiguousarray(x, np.float32), np.ascontiguousarray(q, np.float32),
+            np.ascontiguousarray(part, np.int64), np.ascontiguousarray(rows, np.int64), out)
+    if len(part) * len(rows) >= PARALLEL_PAIRS:
+        call_parallel(_block_parallel, *args)
+    else:
+        _block_serial(*args)
     return out
