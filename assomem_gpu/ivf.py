@@ -152,23 +152,16 @@ def probed_cosines(x, q, lists: np.ndarray, order, bounds: np.ndarray, backend):
 
     ``x`` (n, dim) and ``q`` (B, dim) are the backend's arrays; ``lists`` (B, P) the probed lists (host, distinct
     per question) and ``order``/``bounds`` the lists' members (``members``; ``order`` on the backend). The products
-    are the backend's ``list_cosines``, list by list, each list with the questions that probe it.
+    and the sort are the backend's ``list_cosines``, list by list, each list with the questions that probe it.
     """
-    xp = backend.xp
     n_b, n_p = lists.shape
     sizes = np.diff(bounds)[lists]
     width = int(sizes.sum(axis=1).max(initial=0))
     start = (np.cumsum(sizes, axis=1) - sizes).ravel()  # where each probed list's members start in the question's row
     flat = lists.ravel()
     by_list = np.argsort(flat, kind="stable")  # (question, probe) pairs grouped by list
-    first = np.flatnonzero(np.r_[True, np.diff(flat[by_list]) != 0, True])  # where each list's pairs start
+    first = np.flatnonzero(np.r_[True, np.diff(flat[by_list]) != 0, True]) if len(flat) else np.zeros(1, np.int64)
     used = flat[by_list[first[:-1]]]
     pair_b = by_list // n_p
-    rows = xp.full(n_b * width, -1, np.int64)
-    cos = xp.full(n_b * width, -np.inf, np.float32)
-    if len(by_list):
-        backend.list_cosines(x, q, order, bounds[used], bounds[used + 1], first, pair_b,
-                             pair_b * width + start[by_list], rows, cos)
-    rows, cos = rows.reshape(n_b, width), cos.reshape(n_b, width)
-    ascending = xp.argsort(xp.where(rows < 0, np.iinfo(np.int64).max, rows), axis=1)  # ties then fall to the lower row
-    return xp.take_along_axis(rows, ascending, axis=1), xp.take_along_axis(cos, ascending, axis=1)
+    return backend.list_cosines(x, q, order, bounds[used], bounds[used + 1], first, pair_b,
+                                pair_b * width + start[by_list], sizes.sum(axis=1))

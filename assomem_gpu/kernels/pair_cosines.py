@@ -9,8 +9,9 @@ launch costs ~80 us, about 1,000 pairs' work).
 
 ``block_cosines`` is a part of a batch's cosines to the utterances of its neighbourhood (the PPR teleport), each row
 read once for all the part's questions. ``list_cosines`` is a probed batch's relevance (``ivf.probed_cosines``): numpy gathered each probed list's members
-and multiplied them by the questions that probe it, one product per list. Here the lists run in parallel, and each
-member, read once, meets each of its list's questions.
+and multiplied them by the questions that probe it, one product per list, then sorted each question's members by row
+(numpy's argsort and two gathers of the (B, S) arrays). Here the lists run in parallel, each member, read once,
+meets each of its list's questions, and each question's members are sorted in place.
 """
 from __future__ import annotations
 
@@ -78,18 +79,35 @@ def _lists_serial(x, q, order, lo, hi, first, pair_b, pair_at, rows, cos):
         _list(g, x, q, order, lo, hi, first, pair_b, pair_at, rows, cos)
 
 
+@njit(cache=True, nogil=True, parallel=True)
+def _ascending(rows, cos, counts):
+    for b in prange(rows.shape[0]):
+        n = counts[b]
+        r, c = rows[b, :n].copy(), cos[b, :n].copy()
+        by_row = np.argsort(r)  # a question's rows are distinct: no ties
+        for i in range(n):
+            rows[b, i] = r[by_row[i]]
+            cos[b, i] = c[by_row[i]]
+
+
 def list_cosines(x: np.ndarray, q: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                 first: np.ndarray, pair_b: np.ndarray, pair_at: np.ndarray, rows: np.ndarray,
-                 cos: np.ndarray) -> None:
-    """For each list ``g`` (members ``order[lo[g]:hi[g]]``) and each of its questions ``pair_b[j]``, ``j`` in
-    ``first[g]:first[g + 1]``: the member's row and its cosine to the question written at ``pair_at[j]`` plus the
-    member's place in the list, into the flat ``rows`` (int64) and ``cos`` (float32)."""
+                 first: np.ndarray, pair_b: np.ndarray, pair_at: np.ndarray,
+                 counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows (B, S) int64, cosines (B, S) float32), S = ``counts.max()``: for each list ``g`` (members
+    ``order[lo[g]:hi[g]]``) and each of its questions ``pair_b[j]``, ``j`` in ``first[g]:first[g + 1]``, the
+    member's row and its cosine to the question at the flat position ``pair_at[j]`` plus the member's place in the
+    list; then each question's ``counts[b]`` members sorted by row, -1 / -inf after them."""
+    n_b, width = len(counts), int(counts.max(initial=0))
+    rows, cos = np.full((n_b, width), -1, np.int64), np.full((n_b, width), -np.inf, np.float32)
     args = (np.ascontiguousarray(x, np.float32), np.ascontiguousarray(q, np.float32),
-            *(np.ascontiguousarray(a, np.int64) for a in (order, lo, hi, first, pair_b, pair_at)), rows, cos)
+            *(np.ascontiguousarray(a, np.int64) for a in (order, lo, hi, first, pair_b, pair_at)),
+            rows.reshape(-1), cos.reshape(-1))
     if int(((hi - lo) * np.diff(first)).sum()) >= PARALLEL_PAIRS:
         call_parallel(_lists_parallel, *args)
     else:
         _lists_serial(*args)
+    call_parallel(_ascending, rows, cos, np.ascontiguousarray(counts, np.int64))
+    return rows, cos
 
 
 @njit(cache=True, nogil=True, parallel=True)
