@@ -473,6 +473,7 @@ def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
 
     from assomem_gpu import ivf
     from assomem_gpu.backend import get_backend
+    from assomem_gpu.kernels import pair_cosines
 
     rng = np.random.default_rng(7)
     x = rng.normal(size=(300, 16)).astype(np.float32)
@@ -485,6 +486,12 @@ def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
     rows, cos = ivf.probed_cosines(x, q, lists, order, bounds, get_backend("cpu"))
     device_like = ivf.probed_cosines(x, q, lists, order, bounds, dataclasses.replace(get_backend("cpu"), name="dev"))
     assert np.array_equal(device_like[0], rows) and np.allclose(device_like[1], cos, atol=1e-6)
+    with pytest.MonkeyPatch.context() as patch:  # the CPU kernel's lists on the thread pool, not in this thread
+        patch.setattr(pair_cosines, "PARALLEL_PAIRS", 1)
+        pooled = ivf.probed_cosines(x, q, lists, order, bounds, get_backend("cpu"))
+    assert np.array_equal(pooled[0], rows) and np.array_equal(pooled[1], cos)
+    one = ivf.probed_cosines(x, q[2:3], lists[2:3], order, bounds, get_backend("cpu"))  # a lone question's sort
+    assert np.array_equal(one[0], rows[2:3, : one[0].shape[1]]) and np.array_equal(one[1], cos[2:3, : one[1].shape[1]])
     for b in range(5):
         want = np.flatnonzero(np.isin(probe[:, 0], lists[b]))
         got = rows[b][rows[b] >= 0]

@@ -8,10 +8,11 @@ dimensions 127 -> 20 ms on 2 cores. Pairs run in parallel from ``PARALLEL_PAIRS`
 launch costs ~80 us, about 1,000 pairs' work).
 
 ``block_cosines`` is a part of a batch's cosines to the utterances of its neighbourhood (the PPR teleport), each row
-read once for all the part's questions. ``list_cosines`` is a probed batch's relevance (``ivf.probed_cosines``): numpy gathered each probed list's members
-and multiplied them by the questions that probe it, one product per list, then sorted each question's members by row
-(numpy's argsort and two gathers of the (B, S) arrays). Here the lists run in parallel, each member, read once,
-meets each of its list's questions, and each question's members are sorted in place.
+read once for all the part's questions. ``list_cosines`` is a probed batch's relevance (``ivf.probed_cosines``):
+numpy gathered each probed list's members and multiplied them by the questions that probe it, one product per list,
+then sorted each question's members by row (an argsort and two gathers of the (B, S) arrays). Here the lists run in
+parallel, each member, read once, meets each of its list's questions, and each question's members are sorted in
+place.
 """
 from __future__ import annotations
 
@@ -79,15 +80,26 @@ def _lists_serial(x, q, order, lo, hi, first, pair_b, pair_at, rows, cos):
         _list(g, x, q, order, lo, hi, first, pair_b, pair_at, rows, cos)
 
 
+@njit(cache=True, nogil=True)
+def _ascending_row(b, rows, cos, counts):
+    n = counts[b]
+    r, c = rows[b, :n].copy(), cos[b, :n].copy()
+    by_row = np.argsort(r)  # a question's rows are distinct: no ties
+    for i in range(n):
+        rows[b, i] = r[by_row[i]]
+        cos[b, i] = c[by_row[i]]
+
+
 @njit(cache=True, nogil=True, parallel=True)
-def _ascending(rows, cos, counts):
+def _ascending_parallel(rows, cos, counts):
     for b in prange(rows.shape[0]):
-        n = counts[b]
-        r, c = rows[b, :n].copy(), cos[b, :n].copy()
-        by_row = np.argsort(r)  # a question's rows are distinct: no ties
-        for i in range(n):
-            rows[b, i] = r[by_row[i]]
-            cos[b, i] = c[by_row[i]]
+        _ascending_row(b, rows, cos, counts)
+
+
+@njit(cache=True, nogil=True)
+def _ascending_serial(rows, cos, counts):
+    for b in range(rows.shape[0]):
+        _ascending_row(b, rows, cos, counts)
 
 
 def list_cosines(x: np.ndarray, q: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -106,7 +118,11 @@ def list_cosines(x: np.ndarray, q: np.ndarray, order: np.ndarray, lo: np.ndarray
         call_parallel(_lists_parallel, *args)
     else:
         _lists_serial(*args)
-    call_parallel(_ascending, rows, cos, np.ascontiguousarray(counts, np.int64))
+    counts = np.ascontiguousarray(counts, np.int64)
+    if n_b > 1:
+        call_parallel(_ascending_parallel, rows, cos, counts)
+    else:
+        _ascending_serial(rows, cos, counts)
     return rows, cos
 
 
