@@ -97,21 +97,22 @@ class Backend:
 
     def list_cosines(self, x, q, order, lo, hi, first, pair_b, pair_at, counts):
         """A probed batch's cosines, list by list (``ivf.probed_cosines``): for list ``g``, members
-        ``order[lo[g]:hi[g]]``, and its questions ``pair_b[first[g]:first[g + 1]]`` (host arrays), each member's row
-        and cosine at the question's flat position ``pair_at`` plus the member's place; then each question's
-        ``counts[b]`` members sorted by row: (rows (B, S) int64, -1 after them; cosines (B, S) float32, -inf there),
-        S = ``counts.max()``. On the CPU a Numba kernel that reads each member once, in place
-        (``kernels/pair_cosines.py``); on the device one product per list of its gathered members and its
-        questions."""
+        ``order[lo[g]:hi[g]]``, and its questions ``pair_b[first[g]:first[g + 1]]``, each member's row and cosine at
+        the question's flat position ``pair_at`` plus the member's place; then each question's ``counts[b]``
+        members sorted by row: (rows (B, S) int64, -1 after them; cosines (B, S) float32, -inf there), S =
+        ``counts.max()``. ``x``, ``q`` and ``order`` are the backend's arrays, the rest host arrays. On the CPU a
+        Numba kernel that reads each member once, in place (``kernels/pair_cosines.py``); on the device one product
+        per list of its gathered members and its questions."""
         if self.name == "cpu":
             from .kernels.pair_cosines import list_cosines
 
             return list_cosines(x, q, order, lo, hi, first, pair_b, pair_at, counts)
         xp, blocks, where, held = self.xp, [], [], []
-        n_b, width = len(counts), int(counts.max(initial=0))
+        n_b, width = len(counts), int(counts.max()) if len(counts) else 0
+        on_device = xp.asarray(pair_b)
         for g in range(len(lo)):
             b, at = pair_b[first[g] : first[g + 1]], pair_at[first[g] : first[g + 1]]
-            blocks.append((q[xp.asarray(b)] @ x[order[int(lo[g]) : int(hi[g])]].T).ravel())
+            blocks.append((q[on_device[first[g] : first[g + 1]]] @ x[order[int(lo[g]) : int(hi[g])]].T).ravel())
             where.append((at[:, None] + np.arange(hi[g] - lo[g])).ravel())
             held.append(np.tile(np.arange(lo[g], hi[g]), len(b)))  # positions in order of the block's members
         rows, cos = xp.full(n_b * width, -1, np.int64), xp.full(n_b * width, -np.inf, np.float32)

@@ -9,6 +9,7 @@ on the fusion weights: calibration and cross-validation score once and fuse many
 """
 from __future__ import annotations
 
+import functools
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -100,7 +101,8 @@ def score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend: 
 class Relevance:
     """A batch's cosines to a memory's utterances, as the stages read them: ``values`` (B, n) float32 over every
     utterance (``rows`` None; -inf where a filter excludes one) or, probed, over the members of the IVF lists each
-    question probes (``rows`` (B, n), -1 past a question's); ``mass`` (B,) the clipped sum of ``values``."""
+    question probes (``rows`` (B, n), each question's ascending, -1 past them); ``mass`` (B,) the clipped sum of
+    ``values``."""
 
     backend: Backend
     q: Any  # (B, dim) the questions
@@ -125,6 +127,13 @@ class Relevance:
             return self.values[part] if rows is None else self.values[part[:, None], rows]
         return self.q[part] @ self.emb.T if rows is None else self.backend.block_cosines(self.emb, self.q, part, rows)
 
+    @functools.cached_property
+    def _keys(self):
+        """Probed: ``question · (n_utt + 1) + row`` of every probed member, ascending over the batch (each question's
+        rows ascend; its padding, -1, counts as n_utt, after them)."""
+        n = len(self.emb) + 1
+        return (self.xp.arange(len(self.rows))[:, None] * n + self.xp.where(self.rows < 0, n - 1, self.rows)).ravel()
+
     def of_rows(self, at, valid):
         """(B, C) each question's cosines to its utterance rows ``at`` where ``valid`` (elsewhere padding: any
         value)."""
@@ -143,9 +152,8 @@ class Relevance:
         xp = self.xp
         if self.rows is None:
             return self.values[questions, rows]
-        n = len(self.emb) + 1  # keys question · n + row ascend over the batch (a question's padding, -1, as n - 1)
-        held = (xp.arange(len(self.rows))[:, None] * n + xp.where(self.rows < 0, n - 1, self.rows)).ravel()
-        want = questions * n + rows
+        held = self._keys
+        want = questions * (len(self.emb) + 1) + rows
         if len(held) == 0:
             return self.backend.pair_cosines(self.emb, self.q, questions, rows)
         at = xp.minimum(xp.searchsorted(held, want), len(held) - 1)
@@ -294,8 +302,8 @@ def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig,
         else:
             pb, at = xp.nonzero(pool >= 0)
             key = xp.sort(xp.concatenate([key, pb * n_utt + pool[pb, at]]))  # a pooled row may be a clue's: once
-            key = key[xp.concatenate([xp.ones(min(len(key), 1), bool), key[1:] != key[:-1]])]  # (numpy 2's unique
-            # hashes first: 30x the sort's time for a batch of 256 questions' keys)
+            key = key[xp.concatenate([xp.ones(min(len(key), 1), bool), key[1:] != key[:-1]])]  # (numpy >= 2.3's
+            # unique hashes first: 30x the sort's time for a batch of 256 questions' keys)
         qb, cols = key // n_utt, key % n_utt
     counts = xp.bincount(qb, minlength=n_b)
     width = int(counts.max()) if n_b else 0

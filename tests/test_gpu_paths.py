@@ -46,14 +46,20 @@ def test_the_graph_is_uploaded_once_per_version():
     assert gpu.csr(m) is first and gpu.csr(m.copy()) is not first
 
 
-def test_assomem_ranks_the_same_on_cuda_and_cpu():
+@pytest.mark.parametrize("probed", [False, True])
+def test_assomem_ranks_the_same_on_cuda_and_cpu(probed):
+    """With probed relevance too: the device forms of the list, block and pair cosines against the CPU kernels."""
     from assomem_gpu.assomem import AssoMem
     from assomem_gpu.config import AssoMemConfig
     from assomem_gpu.bench import synthetic_memory
     from assomem_gpu.fusion import fixed_weights
+    from assomem_gpu.graph import GraphConfig
 
     data = synthetic_memory(300, 300)
     config = AssoMemConfig(clue_mode="centroid")
+    if probed:  # ~3,000 utterances in 62 lists, 4 probed a question
+        config = AssoMemConfig(clue_mode="centroid", query_probe=4,
+                               graph=GraphConfig(exact_limit=1000, list_size=32))
     fusion = fixed_weights(config.signals)
     questions = list(range(300))
     cpu = AssoMem(config, fusion, device=get_backend("cpu")).rank(data, questions, 10)

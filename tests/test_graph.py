@@ -501,16 +501,21 @@ def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
     # a probed batch's cosines to any rows: read where probed, computed elsewhere, equal either way
     from assomem_gpu.scoring import Relevance
 
-    rel = Relevance(get_backend("cpu"), q, x, cos, rows, None)
-    questions = np.sort(rng.integers(0, 5, size=400))
-    pairs = rng.integers(0, 300, size=400)
-    read = np.array([np.isin(r, rows[b]) for b, r in zip(questions, pairs)])
-    assert 0 < read.sum() < len(read)
-    assert np.allclose(rel.of_pairs(questions, pairs), np.einsum("ij,ij->i", x[pairs], q[questions]), atol=1e-5)
-    at = np.sort(rng.integers(0, 300, size=(5, 30)), axis=1)
-    valid = np.arange(30) < np.array([30, 0, 12, 5, 30])[:, None]
-    got = rel.of_rows(at, valid)
-    assert np.allclose(got[valid], np.einsum("bcd,bd->bc", x[at], q)[valid], atol=1e-5)
+    for backend in (get_backend("cpu"), dataclasses.replace(get_backend("cpu"), name="dev")):
+        rel = Relevance(backend, q, x, cos, rows, None)
+        questions = rng.integers(0, 5, size=4000)  # in any order, pairs repeated
+        pairs = rng.integers(0, 300, size=4000)  # past PARALLEL_PAIRS: the CPU kernel on the thread pool
+        read = np.array([np.isin(r, rows[b]) for b, r in zip(questions, pairs)])
+        assert 0 < read.sum() < len(read)
+        want = np.einsum("ij,ij->i", x[pairs], q[questions])
+        assert np.allclose(rel.of_pairs(questions, pairs), want, atol=1e-5)
+        assert np.allclose(rel.of_pairs(questions[:9], pairs[:9]), want[:9], atol=1e-5)  # in this thread
+        at = np.sort(rng.integers(0, 300, size=(5, 30)), axis=1)
+        valid = np.arange(30) < np.array([30, 0, 12, 5, 30])[:, None]
+        got = rel.of_rows(at, valid)
+        assert np.allclose(got[valid], np.einsum("bcd,bd->bc", x[at], q)[valid], atol=1e-5)
+    with pytest.raises(IndexError, match="rows"):
+        get_backend("cpu").pair_cosines(x, q, np.array([0]), np.array([300]))
 
 
 @pytest.mark.parametrize("pool", [True, False])

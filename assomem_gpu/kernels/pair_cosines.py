@@ -4,8 +4,8 @@ the questions that probe an inverted list to the list's members.
 A probed search needs a question's cosines to utterances outside the lists it probed (the other turns of a clue's
 sessions, their context turns). Gathered into a copy and multiplied by the question, each 1.5 KB row is read, written
 and read again for a 4-byte result. Here each pair's dot product reads the row where it lies: 256,000 pairs of 384
-dimensions 127 -> 20 ms on 2 cores. Pairs run in parallel from ``PARALLEL_PAIRS`` on, else in this thread (a parallel
-launch costs ~80 us, about 1,000 pairs' work).
+dimensions 127 -> 20 ms on 2 cores. Each kernel runs on the thread pool from ``PARALLEL_PAIRS`` products (or, for
+the sort, members) on, else in this thread (a parallel launch costs ~80 us, about 1,000 products' work).
 
 ``block_cosines`` is a part of a batch's cosines to the utterances of its neighbourhood (the PPR teleport), each row
 read once for all the part's questions. ``list_cosines`` is a probed batch's relevance (``ivf.probed_cosines``):
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .parallel import call_parallel
+from .parallel import drive
 
 PARALLEL_PAIRS = 2048  # pairs from which the thread pool runs them
 
@@ -48,14 +48,18 @@ def _pairs_serial(vectors, q, questions, rows, out):
 def pair_cosines(vectors: np.ndarray, q: np.ndarray, questions: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """(n,) float32: ``vectors[rows[i]] · q[questions[i]]`` (``vectors`` (N, dim), ``q`` (B, dim) float32, C-ordered;
     the sum in an order of the compiler's choosing: equal to a BLAS product within float32 rounding)."""
+    _within(rows, len(vectors), "rows"), _within(questions, len(q), "questions")
     out = np.empty(len(rows), np.float32)
-    args = (np.ascontiguousarray(vectors, np.float32), np.ascontiguousarray(q, np.float32),
-            np.ascontiguousarray(questions, np.int64), np.ascontiguousarray(rows, np.int64), out)
-    if len(rows) >= PARALLEL_PAIRS:
-        call_parallel(_pairs_parallel, *args)
-    else:
-        _pairs_serial(*args)
+    drive(_pairs_parallel, _pairs_serial, len(rows) >= PARALLEL_PAIRS, np.ascontiguousarray(vectors, np.float32),
+          np.ascontiguousarray(q, np.float32), np.ascontiguousarray(questions, np.int64),
+          np.ascontiguousarray(rows, np.int64), out)
     return out
+
+
+def _within(index: np.ndarray, n: int, name: str) -> None:
+    """The kernels do not check bounds (numpy's gathers did): an index outside 0..n-1 raises here instead."""
+    if len(index) and (index.min() < 0 or index.max() >= n):
+        raise IndexError(f"{name}: an index outside 0..{n - 1}")
 
 
 @njit(cache=True, nogil=True)
@@ -111,18 +115,17 @@ def list_cosines(x: np.ndarray, q: np.ndarray, order: np.ndarray, lo: np.ndarray
     list; then each question's ``counts[b]`` members sorted by row, -1 / -inf after them."""
     n_b, width = len(counts), int(counts.max(initial=0))
     rows, cos = np.full((n_b, width), -1, np.int64), np.full((n_b, width), -np.inf, np.float32)
-    args = (np.ascontiguousarray(x, np.float32), np.ascontiguousarray(q, np.float32),
-            *(np.ascontiguousarray(a, np.int64) for a in (order, lo, hi, first, pair_b, pair_at)),
-            rows.reshape(-1), cos.reshape(-1))
-    if int(((hi - lo) * np.diff(first)).sum()) >= PARALLEL_PAIRS:
-        call_parallel(_lists_parallel, *args)
-    else:
-        _lists_serial(*args)
+    sizes = hi - lo
+    _within(pair_b, n_b, "pair_b")
+    ends = pair_at + np.repeat(sizes, np.diff(first))  # where each (list, question)'s members end
+    if len(ends) and (pair_at.min() < 0 or ends.max() > rows.size):
+        raise IndexError(f"pair_at: members written outside the {n_b} x {width} result")
+    drive(_lists_parallel, _lists_serial, int((sizes * np.diff(first)).sum()) >= PARALLEL_PAIRS,
+          np.ascontiguousarray(x, np.float32), np.ascontiguousarray(q, np.float32),
+          *(np.ascontiguousarray(a, np.int64) for a in (order, lo, hi, first, pair_b, pair_at)), rows.reshape(-1),
+          cos.reshape(-1))
     counts = np.ascontiguousarray(counts, np.int64)
-    if n_b > 1:
-        call_parallel(_ascending_parallel, rows, cos, counts)
-    else:
-        _ascending_serial(rows, cos, counts)
+    drive(_ascending_parallel, _ascending_serial, n_b > 1 and int(counts.sum()) >= PARALLEL_PAIRS, rows, cos, counts)
     return rows, cos
 
 
@@ -142,11 +145,9 @@ def _block_serial(x, q, part, rows, out):
 
 def block_cosines(x: np.ndarray, q: np.ndarray, part: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """(len(part), len(rows)) float32: ``q[part] @ x[rows].T``, each row of ``x`` read once, where it lies."""
+    _within(rows, len(x), "rows"), _within(part, len(q), "part")
     out = np.empty((len(part), len(rows)), np.float32)
-    args = (np.ascontiguousarray(x, np.float32), np.ascontiguousarray(q, np.float32),
-            np.ascontiguousarray(part, np.int64), np.ascontiguousarray(rows, np.int64), out)
-    if len(part) * len(rows) >= PARALLEL_PAIRS:
-        call_parallel(_block_parallel, *args)
-    else:
-        _block_serial(*args)
+    drive(_block_parallel, _block_serial, len(part) * len(rows) >= PARALLEL_PAIRS, np.ascontiguousarray(x, np.float32),
+          np.ascontiguousarray(q, np.float32), np.ascontiguousarray(part, np.int64),
+          np.ascontiguousarray(rows, np.int64), out)
     return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .parallel import call_parallel
+from .parallel import call_parallel, drive
 
 MAX_KEEP = 64  # above this many values per row's buffer, select_pairs partitions with numpy
 PARALLEL_VALUES = 1 << 17  # products in a block from which select_pairs runs its rows on the thread pool: an add's
@@ -107,18 +107,11 @@ def select_pairs(sims: np.ndarray, radius: float, keep: int, doubt: float) -> tu
     n = sims.shape[0]
     floors, counts = np.empty(n, np.float32), np.empty(n, np.int64)
     pool = sims.size >= PARALLEL_VALUES
-    _run(_select_parallel, _select_serial, pool, sims, np.float32(radius), keep, np.float32(doubt), floors, counts)
+    drive(_select_parallel, _select_serial, pool, sims, np.float32(radius), keep, np.float32(doubt), floors, counts)
     starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     rows, cols = np.empty(int(starts[-1]), np.int64), np.empty(int(starts[-1]), np.int64)
-    _run(_gather_parallel, _gather_serial, pool, sims, floors, starts[:-1], rows, cols)
+    drive(_gather_parallel, _gather_serial, pool, sims, floors, starts[:-1], rows, cols)
     return rows, cols
-
-
-def _run(parallel, serial, pool: bool, *args) -> None:
-    if pool:
-        call_parallel(parallel, *args)
-    else:
-        serial(*args)
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -26,6 +26,15 @@ def call_parallel(kernel, *args):
     return kernel(*args)
 
 
+def drive(parallel, serial, pool: bool, *args) -> None:
+    """A kernel's parallel driver (through ``call_parallel``) when ``pool``, else its serial one in this thread: each
+    kernel module decides by its own measure of work, since waking the pool costs ~80 us a launch."""
+    if pool:
+        call_parallel(parallel, *args)
+    else:
+        serial(*args)
+
+
 def quiet_idle_threads() -> None:
     """Let idle worker threads sleep instead of spinning, unless the user set the variables: OpenMP's (torch's, which
     encode the questions: ``OMP_WAIT_POLICY=PASSIVE``) and OpenBLAS's (numpy's and FAISS's:

@@ -19,17 +19,14 @@ from numba import njit, prange
 
 from .fused_topk import _insert_cpu  # a change there needs this module's cached kernels cleared: Numba's cache
 # follows only the file of the function it compiles
-from .parallel import call_parallel
+from .parallel import drive
 
 PARALLEL_ROWS = 8  # rows (questions) from which a kernel runs its rows on the thread pool
 
 
 def _drive(parallel, serial, rows: int, *args) -> None:
     """A kernel's parallel driver on ``rows`` of ``PARALLEL_ROWS`` or more, else its serial one."""
-    if rows >= PARALLEL_ROWS:
-        call_parallel(parallel, *args)
-    else:
-        serial(*args)
+    drive(parallel, serial, rows >= PARALLEL_ROWS, *args)
 
 
 @njit(cache=True, nogil=True)
