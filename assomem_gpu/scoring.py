@@ -21,7 +21,7 @@ from .backend import Backend
 from .config import AssoMemConfig
 from .graph import MemoryGraph
 from .signals.context import context_scores
-from .signals.temporal import TimeConstraint, parse_constraint, temporal_scores
+from .signals.temporal import RESOLVED, TimeConstraint, parse_constraint, temporal_scores
 from .state import MemoryState
 
 
@@ -442,12 +442,12 @@ def question_temporal(state: MemoryState, constraint: TimeConstraint, cand: np.n
     """The temporal signal of one question's candidate rows (host arrays), given its parsed time constraint."""
     if not constraint.has_intent:
         return np.zeros(len(cand))
-    when = state.times[cand]
+    when, marks = state.times[cand], state.time_marks[cand]
     owners, mentioned = [], []
     if constraint.has_window:
-        for i in np.flatnonzero(state.has_time[cand] & ~np.isnan(when)):
+        for i in np.flatnonzero((marks == RESOLVED) & ~np.isnan(when)):
             found = state.mentioned_times(int(cand[i]))
             owners += [i] * len(found)
             mentioned.append(found)
     mentioned = np.concatenate(mentioned) if mentioned else np.zeros(0)
-    return temporal_scores(constraint, when, np.asarray(owners, np.int64), mentioned).astype(np.float64)
+    return temporal_scores(constraint, when, np.asarray(owners, np.int64), mentioned, marks).astype(np.float64)

@@ -24,7 +24,7 @@ from .memory import MemoryBank
 from .rows import Rows
 from .signals.context import context_norms
 from .signals.lexical import BM25Index, TermCounts
-from .signals.temporal import mentions_time, windows
+from .signals.temporal import time_mark, windows
 
 Turn = tuple[str, str, str]  # (utterance id, speaker, text)
 
@@ -32,19 +32,19 @@ Turn = tuple[str, str, str]  # (utterance id, speaker, text)
 @dataclass(frozen=True)
 class Derived:
     """What a write derives from its sessions' texts and vectors alone: each session's clue embedding, and each
-    utterance's time flag, BM25 term counts and context norm. No other session changes it, so a caller that
+    utterance's time mark, BM25 term counts and context norm. No other session changes it, so a caller that
     builds many memories of shared sessions (benchmark haystacks) derives it once per session and gives each memory
     its ``select`` (the same index as a build of the memory's sessions, for an encoder that embeds a clue text alike
     in any batch)."""
 
     clue_emb: np.ndarray  # (sessions, dim) float32
-    has_time: np.ndarray  # (utterances,) bool: holds a time expression (``signals.temporal.mentions_time``)
+    time_marks: np.ndarray  # (utterances,) int8: how each anchors events in time (``signals.temporal.time_mark``)
     terms: TermCounts | None  # the utterances' BM25 term counts; None without the lexical signal
     context: np.ndarray | None  # (utterances,) their context norms (signals/context.py); None without the signal
 
     def select(self, sessions: np.ndarray, utterances: np.ndarray) -> "Derived":
         """The part of these session rows and their utterance rows (of the sessions this was derived from)."""
-        return Derived(self.clue_emb[sessions], self.has_time[utterances],
+        return Derived(self.clue_emb[sessions], self.time_marks[utterances],
                        None if self.terms is None else self.terms.rows(utterances),
                        None if self.context is None else self.context[utterances])
 
@@ -63,7 +63,7 @@ class MemoryState:
         self.lexical = BM25Index() if "lexical" in config.signals else None
         self.context = Rows(dtype=np.float32) if "context" in config.signals else None  # per utterance: its context
         # norm (signals/context.py)
-        self._has_time = Rows(dtype=bool)  # per utterance: holds a time expression
+        self._time_marks = Rows(dtype=np.int8)  # per utterance: its time mark (signals.temporal.time_mark)
         self._mentions: list[np.ndarray | None] = []  # per utterance: times it mentions (made on first use)
         self._times = Rows(dtype=np.float64)  # per utterance: its session's date (NaN unknown)
         self._session_of = Rows(dtype=np.int64)  # per utterance: its session's row
@@ -74,9 +74,10 @@ class MemoryState:
         return self.bank.n_utterances
 
     @property
-    def has_time(self) -> np.ndarray:
-        """Per utterance: holds a time expression (bool)."""
-        return self._has_time.view
+    def time_marks(self) -> np.ndarray:
+        """Per utterance: its time mark (int8, ``signals.temporal.time_mark``; ``RESOLVED``: it holds a time
+        expression ``windows`` resolves)."""
+        return self._time_marks.view
 
     @property
     def times(self) -> np.ndarray:
@@ -104,12 +105,12 @@ class MemoryState:
         if clue_emb is None:
             texts = clue_texts(one, range(one.n_sessions), self.config.clue_mode, self.config.llm, self.llm_cache)
             clue_emb = clue_embeddings(one.offset_array, emb, texts, self.encoder)
-        has_time = np.fromiter(map(mentions_time, one.utt_texts), bool, one.n_utterances) \
-            if "temporal" in self.config.signals else np.zeros(one.n_utterances, bool)
+        marks = np.fromiter(map(time_mark, one.utt_texts), np.int8, one.n_utterances) \
+            if "temporal" in self.config.signals else np.zeros(one.n_utterances, np.int8)
         terms = self.lexical.count(one.encoded_texts()) if self.lexical is not None else None
         context = context_norms(one.offset_array, emb, self.config.context_window) \
             if self.context is not None else None
-        return Derived(np.asarray(clue_emb, np.float32), has_time, terms, context)
+        return Derived(np.asarray(clue_emb, np.float32), marks, terms, context)
 
     def add(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray,
             derived: Derived | None = None) -> None:
@@ -128,8 +129,8 @@ class MemoryState:
         self._session_of.append(np.repeat(np.arange(first, first + len(sessions), dtype=np.int64), counts))
         self.emb.append(emb)
         self.clue_emb.append(derived.clue_emb)
-        self._has_time.append(derived.has_time)
-        self._mentions += [None] * len(derived.has_time)
+        self._time_marks.append(derived.time_marks)
+        self._mentions += [None] * len(derived.time_marks)
         if self.lexical is not None:
             self.lexical.add_counts(derived.terms)
         if self.context is not None:
@@ -149,7 +150,7 @@ class MemoryState:
         self.metadata = list(compress(self.metadata, keep_s))
         self.emb.keep(keep_u)
         self.clue_emb.keep(keep_s)
-        for rows in (self._has_time, self._times, self._session_of):
+        for rows in (self._time_marks, self._times, self._session_of):
             rows.keep(keep_u)
         self.session_of[:] = (np.cumsum(keep_s) - 1)[self.session_of]
         self._mentions = list(compress(self._mentions, keep_u))
@@ -183,7 +184,7 @@ class MemoryState:
         documents = {"sessions": {"ids": bank.session_ids, "dates": bank.session_dates, "offsets": bank.offsets,
                                   "metadata": self.metadata},
                      "utterances": {"ids": bank.utt_ids, "speakers": bank.utt_speakers, "texts": bank.utt_texts}}
-        arrays = {"utt_emb": self.emb.view, "clue_emb": self.clue_emb.view, "has_time": self.has_time}
+        arrays = {"utt_emb": self.emb.view, "clue_emb": self.clue_emb.view, "time_marks": self.time_marks}
         if self._full is not None:
             (ui, uj, us), clues = self._full.utt_pairs, self._full.clues
             ci, cj, cs = clues.candidates
@@ -214,7 +215,11 @@ class MemoryState:
         state.metadata = [dict(m) for m in sessions["metadata"]]
         state.emb = Rows((state.dim,), data=arrays["utt_emb"])
         state.clue_emb = Rows((state.dim,), data=arrays["clue_emb"])
-        state._has_time = Rows(dtype=bool, data=arrays["has_time"])
+        marks = arrays.get("time_marks")  # made again from the texts only for a snapshot written before they were
+        # (which held whether each resolves a time: the marks now say how each anchors one)
+        state._time_marks = Rows(dtype=np.int8, data=marks if marks is not None else np.fromiter(
+            map(time_mark, bank.utt_texts), np.int8, bank.n_utterances) if "temporal" in config.signals
+            else np.zeros(bank.n_utterances, np.int8))
         counts = np.diff(bank.offset_array)
         state._times = Rows(dtype=np.float64, data=np.repeat(np.asarray(bank.session_dates, np.float64), counts))
         state._session_of = Rows(dtype=np.int64, data=bank.utt_session())
@@ -255,7 +260,7 @@ def _check_snapshot(sessions: dict, utts: dict, arrays: dict) -> None:
         "utterance ids, speakers and texts": all(len(utts[k]) == n_u for k in ("ids", "speakers", "texts")),
         "utterance embeddings": arrays["utt_emb"].ndim == 2 and len(arrays["utt_emb"]) == n_u,
         "clue embeddings": arrays["clue_emb"].shape == (n_s, arrays["utt_emb"].shape[1]),
-        "time flags": len(arrays["has_time"]) == n_u,
+        "time marks": len(arrays.get("time_marks", arrays.get("has_time", ()))) == n_u,
         "context norms": "context_norms" not in arrays or np.shape(arrays["context_norms"]) == (n_u,),
     }
     if n_s:

@@ -53,7 +53,7 @@ def results(index: MemoryIndex, questions=("apple river guitar", "coffee last we
 def assert_same(a: MemoryIndex, b: MemoryIndex):
     sa, sb = a._state, b._state
     assert sa.bank == sb.bank and sa.metadata == sb.metadata
-    assert np.array_equal(sa.emb.view, sb.emb.view) and np.array_equal(sa.has_time, sb.has_time)
+    assert np.array_equal(sa.emb.view, sb.emb.view) and np.array_equal(sa.time_marks, sb.time_marks)
     if sa.context is not None:
         assert np.array_equal(sa.context.view, sb.context.view)
     if sa.graph is None:
@@ -178,6 +178,8 @@ def test_filters_restrict_the_candidates_not_the_top_k():
 def test_save_and_load_give_identical_rankings(tmp_path):
     index = make_index()
     index.add_sessions(random_sessions(4, 15))
+    index.add_sessions([Session("dated", 1_680_000_000.0, [Utterance("we finally moved on 3/22", "user"),
+                                                          Utterance("apple river", "assistant")])])
     index.remove_sessions(["s4_2"])
     path = tmp_path / "mem.npz"
     index.save(path)
@@ -188,6 +190,11 @@ def test_save_and_load_give_identical_rankings(tmp_path):
     write(tmp_path / "without_norms.npz", documents, arrays)
     older = MemoryIndex.load(tmp_path / "without_norms.npz", encoder=HashingEncoder(), device="cpu")
     assert fingerprint(older) == fingerprint(index) and results(older) == results(index)
+    marks = arrays.pop("time_marks")  # one written before the time marks, with a flag per utterance: made again
+    assert set(marks.tolist()) == {0, 1, 2}
+    write(tmp_path / "flags.npz", documents, {**arrays, "has_time": marks == 2})
+    flags = MemoryIndex.load(tmp_path / "flags.npz", encoder=HashingEncoder(), device="cpu")
+    assert fingerprint(flags) == fingerprint(index) and results(flags) == results(index)
     more = random_sessions(5, 3)
     loaded.add_sessions(more)
     index.add_sessions(more)

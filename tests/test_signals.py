@@ -11,7 +11,8 @@ from assomem_gpu.scoring import teleport
 from assomem_gpu.signals.importance import personalized_pagerank
 
 PPRS = [personalized_pagerank, personalized_pagerank_cpu]  # the library path (CUDA backend's) and the CPU twin
-from assomem_gpu.signals.temporal import DAY, TimeConstraint, parse_constraint, temporal_scores
+from assomem_gpu.signals.temporal import (ANCHORED, DAY, NO_TIME, RESOLVED, TimeConstraint, parse_constraint,
+                                          temporal_scores, time_mark)
 from assomem_gpu.timeparse import format_timestamp, parse_timestamp
 
 Q = parse_timestamp("2023/05/30 (Tue) 20:36")
@@ -118,6 +119,50 @@ def test_question_constraints(text, start, end, order):
         assert not c.has_window
     else:
         assert format_timestamp(c.start)[:10] == start and format_timestamp(c.end)[:10] == end
+
+
+@pytest.mark.parametrize("text, asks", [
+    ("How many days ago did I buy the shoes?", True),
+    ("When did I submit my paper?", True),
+    ("Which show did I start watching first, 'The Crown' or 'Game of Thrones'?", True),
+    ("What is the order of the three trips I took?", True),
+    ("How long is my commute?", True),
+    ("What was the date on which I attended the BBQ?", True),
+    ("Which streaming service did I start using most recently?", True),
+    ("How many times did I bake a cake?", False),
+    ("What was the first issue I had with my car?", False),
+    ("What did I buy at the market?", False),
+])
+def test_questions_that_ask_about_time(text, asks):
+    c = parse_constraint(text, math.nan)  # no date needed: the question asks, whatever it resolves
+    assert c.asks == asks and c.has_intent == (asks or c.order is not None)
+
+
+@pytest.mark.parametrize("text, mark", [
+    ("I went to the museum two weeks ago", RESOLVED),
+    ("We met on March 3, 2023", RESOLVED),
+    ("I had to take the car in on 3/22", ANCHORED),
+    ("in mid-February the gears acted up", ANCHORED),
+    ("I've been bird watching for about three months now", ANCHORED),
+    ("I just finished a 5K run", ANCHORED),
+    ("I saw them live on Saturday", ANCHORED),
+    ("Can you recommend some running shoes?", NO_TIME),
+    ("You may want to march on", NO_TIME),
+    ("I just want some advice", NO_TIME),
+])
+def test_time_marks(text, mark):
+    assert time_mark(text) == mark
+
+
+def test_the_time_mark_counts_for_every_question_with_an_intent():
+    when = np.array([Q - 5 * DAY, Q - 5 * DAY, np.nan])
+    none = np.zeros(0, np.int64), np.zeros(0)
+    marks = np.array([RESOLVED, NO_TIME, ANCHORED], np.int8)
+    asks = temporal_scores(TimeConstraint(asks=True), when, *none, marks)
+    assert asks.tolist() == [1.0, 0.0, 0.5]
+    window = temporal_scores(TimeConstraint(Q - 10 * DAY, Q), when, *none, marks)
+    assert window.tolist() == [2.0, 1.0, 0.5]  # in the window (1) plus the mark; an unknown date only the mark
+    assert not temporal_scores(TimeConstraint(), when, *none, marks).any()  # no intent: nothing
 
 
 def test_no_question_date_means_no_window():

@@ -4,7 +4,13 @@ The question's time expressions are resolved against its date with dateparser in
 ``last month``, ``in May``, ``on March 3``; ``since`` stretches it to the question date) or an ordering intent
 (``most recent``, ``first time``). An utterance's times are its session date plus the dates its own time expressions
 resolve to, relative to that session date. People report events after they happen, so a session dated up to
-``REPORT_LAG`` after the window still matches fully. Questions without either get no temporal signal (and no weight).
+``REPORT_LAG`` after the window still matches fully.
+
+A question may also ask about time itself (``when``, ``how long``, ``how many days``, ``which came first``): what
+answers it is an utterance that anchors an event in time. Each utterance carries a time mark (``time_mark``): 2 when
+it holds an expression ``windows`` resolves, 1 when it anchors an event less precisely (``on 3/22``, ``last night``,
+``for two weeks``, ``I just finished``), else 0; a question with any temporal intent (a window, an ordering or asking
+about time) favours marked utterances. Questions without any get no temporal signal (and no weight).
 """
 from __future__ import annotations
 
@@ -36,6 +42,11 @@ _LATEST = re.compile(r"\b(most recent(?:ly)?|latest|last time|currently|current|
                      r"at the moment|recently|lately|now)\b", re.I)
 _SINCE = re.compile(r"\b(since|ever since)\b", re.I)
 _EARLIEST = re.compile(r"\b(first time|earliest|originally|initially|at first|used to)\b", re.I)
+# a question about time itself: when, how long (ago), in which order
+_ASKS = re.compile(r"\b(?:when|how long|how many (?:days|weeks|months|years|hours|minutes)|how much time|"
+                   r"(?:what|which|the) (?:date|day|week|month|year|season)|(?:what|which) order|order of|"
+                   r"(?:came|happened|occurred) (?:first|last|earlier|later))\b"
+                   r"|\b(?:first|earlier|later|more recently|most recently)\s*(?:,|\?|$)", re.I)
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,7 @@ class TimeConstraint:
     start: float = math.nan  # window in POSIX seconds; NaN when the question names no window
     end: float = math.nan
     order: str | None = None  # "latest" or "earliest"
+    asks: bool = False  # the question asks about time itself (when, how long, which first)
 
     @property
     def has_window(self) -> bool:
@@ -50,7 +62,7 @@ class TimeConstraint:
 
     @property
     def has_intent(self) -> bool:
-        return self.has_window or self.order is not None
+        return self.has_window or self.order is not None or self.asks
 
 
 def _dt(ts: float) -> datetime:
@@ -122,13 +134,15 @@ def _absolute_window(expr: str, ref: float) -> tuple[float, float] | None:
 
 
 def parse_constraint(question: str, date: float) -> TimeConstraint:
-    """The question's time constraint: the union of the windows it names, and any ordering intent."""
+    """The question's time constraint: the union of the windows it names, any ordering intent, and whether it asks
+    about time itself."""
     spans = windows(question, date)
     order = "latest" if _LATEST.search(question) else "earliest" if _EARLIEST.search(question) else None
+    asks = _ASKS.search(question) is not None
     if spans:
         end = date if _SINCE.search(question) else max(e for _, e in spans)
-        return TimeConstraint(min(s for s, _ in spans), end, order)
-    return TimeConstraint(order=order)
+        return TimeConstraint(min(s for s, _ in spans), end, order, asks)
+    return TimeConstraint(order=order, asks=asks)
 
 
 # each expression with the words (or digits) it cannot match without: a text holding none of an expression's cues is
@@ -139,22 +153,62 @@ _EXPRESSIONS = ((_PAST, frozenset({"last", "past", "previous"})), (_THIS, frozen
 _WORD = re.compile(r"[a-z]+|[0-9]")
 
 
+_MONTH_NAMES = "January|February|March|April|June|July|August|September|October|November|December"  # "May": a verb
+_DAY_NAMES = "Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday"
+_PAST_VERBS = ("got|began|bought|made|did|went|saw|met|took|came|had|won|ran|read|sold|left|found|gave|wrote|built|"
+               "spent|heard|paid|lost|caught|hit|became|ate|drove|flew|grew|wore|swam|sang|threw|felt|kept|sent|set|"
+               "put|told|learnt")
+_DURATION_UNITS = "day|week|month|year|hour|minute|decade"
+# an event anchored in time less precisely than ``windows`` resolves, each form with its cue words (as
+# ``_EXPRESSIONS``): a numeric date, a month or weekday by name, a duration or offset, a day word, or an event just
+# reported ("I just finished", "recently moved")
+_ANCHORS = (
+    (re.compile(r"\b\d{1,2}/\d{1,2}\b"), frozenset("0123456789")),
+    (re.compile(rf"\b(?:{_MONTH_NAMES}|{_DAY_NAMES})s?\b|(?i:\b(?:mid|early|late)-(?:{_MONTH_NAMES})\b)"),
+     frozenset(_MONTH_NAMES.lower().split("|") + _DAY_NAMES.lower().split("|")
+               + [d + "s" for d in _DAY_NAMES.lower().split("|")])),
+    (re.compile(rf"\b{_NUM}\s+(?:{_DURATION_UNITS})s?\b", re.I),
+     frozenset(_DURATION_UNITS.split("|") + [u + "s" for u in _DURATION_UNITS.split("|")])),
+    (re.compile(r"\b(?:yesterday|today|tonight|last night|this morning|this weekend|last weekend|the other day|lately|"
+                r"recently)\b", re.I),
+     frozenset({"yesterday", "today", "tonight", "night", "morning", "weekend", "other", "lately", "recently"})),
+    (re.compile(rf"\b(?:just|recently|finally)\s+(?:\w+ed|{_PAST_VERBS})\b", re.I),
+     frozenset({"just", "recently", "finally"})),
+)
+NO_TIME, ANCHORED, RESOLVED = 0, 1, 2  # the time marks (see ``time_mark``)
+
+
 def mentions_time(text: str) -> bool:
     """Does the text hold any expression ``windows`` could resolve? (Its words are looked up first; an expression
     is searched for only where its cue words are there.)"""
-    words = set(_WORD.findall(text.lower()))
+    return _resolvable(set(_WORD.findall(text.lower())), text)
+
+
+def _resolvable(words: set[str], text: str) -> bool:
     return any(not cues.isdisjoint(words) and p.search(text) is not None for p, cues in _EXPRESSIONS)
 
 
+def time_mark(text: str) -> int:
+    """``RESOLVED`` (2) when the text holds an expression ``windows`` resolves, ``ANCHORED`` (1) when it anchors an
+    event in time less precisely (``_ANCHORS``), else ``NO_TIME`` (0). Cue words are looked up first, as in
+    ``mentions_time``."""
+    words = set(_WORD.findall(text.lower()))
+    if _resolvable(words, text):
+        return RESOLVED
+    anchored = any(not cues.isdisjoint(words) and p.search(text) is not None for p, cues in _ANCHORS)
+    return ANCHORED if anchored else NO_TIME
+
+
 def temporal_scores(constraint: TimeConstraint, when: np.ndarray, owners: np.ndarray,
-                    mentioned: np.ndarray) -> np.ndarray:
-    """Score of each candidate from its session date ``when`` (NaN: unknown) and the times its utterance mentions
-    (``mentioned[k]`` belongs to candidate ``owners[k]``).
+                    mentioned: np.ndarray, marks: np.ndarray | None = None) -> np.ndarray:
+    """Score of each candidate from its session date ``when`` (NaN: unknown), the times its utterance mentions
+    (``mentioned[k]`` belongs to candidate ``owners[k]``) and its time mark (``marks``, see ``time_mark``).
 
     Window: 1 from its start to ``REPORT_LAG`` after its end, decaying as exp(−distance / window length) outside
     (the best of a candidate's times).
-    Ordering: the candidate's session date ranked among the candidates (1 = latest for "latest", earliest otherwise),
-    added to the window score when both are present. Unknown times score 0.
+    Ordering: the candidate's session date ranked among the candidates (1 = latest for "latest", earliest otherwise).
+    Unknown times score 0 in both. Time mark: its half (0, 0.5 or 1), for any question with an intent. The parts
+    add up.
     """
     when = np.asarray(when, dtype=np.float64)
     score = np.zeros(len(when), np.float32)
@@ -173,4 +227,6 @@ def temporal_scores(constraint: TimeConstraint, when: np.ndarray, owners: np.nda
         lo, hi = when[known].min(), when[known].max()
         pos = (when[known] - lo) / (hi - lo)
         score[known] += (pos if constraint.order == "latest" else 1 - pos).astype(np.float32)
+    if constraint.has_intent and marks is not None:
+        score += np.asarray(marks, np.float32) / RESOLVED
     return score
