@@ -61,7 +61,7 @@ class AssoMem:
         return self._built(data, memory)[0]
 
     def prepare(self, data: EmbeddedDataset, derived: Derived | None = None) -> Derived:
-        """Bind to ``data`` and return what its whole bank derives (``state.Derived``: clue vectors, time flags, term
+        """Bind to ``data`` and return what its whole bank derives (``state.Derived``: clue vectors, time marks, term
         counts), made here once per dataset (memories share sessions: haystacks drawn from one pool), or ``derived``
         made elsewhere (a Dask worker is handed the client's, so it encodes nothing)."""
         if self._data is not data:

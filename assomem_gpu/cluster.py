@@ -1,7 +1,7 @@
 """Batch retrieval on a Dask cluster (``eval --cluster``): the work sharded by memory, the results those of one process.
 
 1. The client loads and embeds the dataset (``EmbeddedDataset.build``) and derives what every memory's index takes
-   from its sessions alone (``AssoMem.prepare``: clue vectors, time flags, term counts) before any task. Encoding is
+   from its sessions alone (``AssoMem.prepare``: clue vectors, time marks, term counts) before any task. Encoding is
    a stage of its own because one process already spreads the encoder's matrix products over its cores, and the
    embedding cache is one SQLite file that this process alone writes: no two writers race, and on a multi-node
    cluster no worker needs the file (the vectors travel with the dataset).

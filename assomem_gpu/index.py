@@ -13,7 +13,7 @@ mentions), and bad input raises ``ValueError`` / ``TypeError`` naming the field 
 
 Concurrency: searches may run in parallel threads; ``add_sessions``, ``remove_sessions`` and ``calibrate`` are
 exclusive (a readers–writer lock; a waiting write holds back new searches). Utterances are encoded, and a session's
-clue, BM25 counts, time flags and context embeddings made (``MemoryState.derive``), outside the lock; only the
+clue, BM25 counts, time marks and context embeddings made (``MemoryState.derive``), outside the lock; only the
 index's own update runs inside it. A search changes nothing but
 a cache of the times an utterance mentions, which it fills on first use (the same value whoever fills it).
 

@@ -3,8 +3,8 @@ normalised signals (relevance, importance, temporal, lexical, context), padded t
 
 Every stage runs on the backend's arrays (``backend.xp``: numpy, or CuPy on the device, where the memory's
 embeddings, graph and BM25 weights are uploaded once per index version), so a batch stays where it is scored; only
-time expressions, for the few questions that have one, and the BM25 top of each question that joins its candidates
-(``BM25Index.top``, a sparse product over its terms' postings) are computed on the host. The result does not depend
+time expressions and marks, for the questions with a temporal intent, and the BM25 top of each question that joins
+its candidates (``BM25Index.top``, a sparse product over its terms' postings) are computed on the host. The result does not depend
 on the fusion weights: calibration and cross-validation score once and fuse many times.
 """
 from __future__ import annotations
@@ -237,7 +237,7 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
                 signals[:, :, s] = temporal(state, queries, cand, counts, backend)
     z = zscore(signals, valid, xp)
     active = xp.ones((b, n_sig), bool)
-    if "temporal" in config.signals:  # a question without a time constraint has no temporal signal
+    if "temporal" in config.signals:  # a question without a temporal intent has no temporal signal
         t = config.signals.index("temporal")
         active[:, t] = xp.any(z[:, :, t] != 0, axis=1)
     return Scored(cand, counts, z, active, rel.values, rel.rows, None if rel.rows is None else rel.everything)

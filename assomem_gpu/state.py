@@ -105,8 +105,7 @@ class MemoryState:
         if clue_emb is None:
             texts = clue_texts(one, range(one.n_sessions), self.config.clue_mode, self.config.llm, self.llm_cache)
             clue_emb = clue_embeddings(one.offset_array, emb, texts, self.encoder)
-        marks = np.fromiter(map(time_mark, one.utt_texts), np.int8, one.n_utterances) \
-            if "temporal" in self.config.signals else np.zeros(one.n_utterances, np.int8)
+        marks = _time_marks(one.utt_texts, self.config)
         terms = self.lexical.count(one.encoded_texts()) if self.lexical is not None else None
         context = context_norms(one.offset_array, emb, self.config.context_window) \
             if self.context is not None else None
@@ -217,9 +216,9 @@ class MemoryState:
         state.clue_emb = Rows((state.dim,), data=arrays["clue_emb"])
         marks = arrays.get("time_marks")  # made again from the texts only for a snapshot written before they were
         # (which held whether each resolves a time: the marks now say how each anchors one)
-        state._time_marks = Rows(dtype=np.int8, data=marks if marks is not None else np.fromiter(
-            map(time_mark, bank.utt_texts), np.int8, bank.n_utterances) if "temporal" in config.signals
-            else np.zeros(bank.n_utterances, np.int8))
+        if marks is None:
+            marks = _time_marks(bank.utt_texts, config)
+        state._time_marks = Rows(dtype=np.int8, data=marks)
         counts = np.diff(bank.offset_array)
         state._times = Rows(dtype=np.float64, data=np.repeat(np.asarray(bank.session_dates, np.float64), counts))
         state._session_of = Rows(dtype=np.int64, data=bank.utt_session())
@@ -240,6 +239,13 @@ class MemoryState:
                 search = UttSearch(Codebook(arrays["ivf_centroids"], int(arrays["ivf_rows"][0])), arrays["ivf_probe"])
             state._set_graph(assemble(bank, pairs, clues, state.graph_config, search))
         return state
+
+
+def _time_marks(texts: Sequence[str], config: AssoMemConfig) -> np.ndarray:
+    """(len(texts),) int8: each text's ``time_mark``; zeros without the temporal signal."""
+    if "temporal" not in config.signals:
+        return np.zeros(len(texts), np.int8)
+    return np.fromiter(map(time_mark, texts), np.int8, len(texts))
 
 
 def _bank(sessions: Sequence[tuple[str, float, Sequence[Turn], dict]]) -> MemoryBank:

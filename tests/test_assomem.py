@@ -156,7 +156,7 @@ def test_bad_assomem_options_are_clear_errors(tmp_path, capsys):
 
 
 def test_a_benchmark_memory_equals_the_index_a_user_builds_of_its_sessions(tmp_path):
-    """AssoMem derives clues, time flags and BM25 counts once for the whole bank; each memory's index is still the
+    """AssoMem derives clues, time marks and BM25 counts once for the whole bank; each memory's index is still the
     one ``MemoryIndex.add_sessions`` builds from that memory's sessions and dates."""
     from assomem_gpu.data import expand_haystacks
     from assomem_gpu.index import MemoryIndex, Session, Utterance

@@ -173,34 +173,31 @@ _ANCHORS = (
                + [d + "s" for d in _DAY_NAMES.lower().split("|")])),
     (re.compile(rf"\b{_NUM}\s+(?:{_DURATION_UNITS})s?\b", re.I),
      frozenset(_DURATION_UNITS.split("|") + [u + "s" for u in _DURATION_UNITS.split("|")])),
-    (re.compile(r"\b(?:yesterday|today|tonight|last night|this morning|this weekend|last weekend|the other day|lately|"
-                r"recently)\b", re.I),
-     frozenset({"yesterday", "today", "tonight", "night", "morning", "weekend", "other", "lately", "recently"})),
-    (re.compile(rf"\b(?:just|recently|finally)\s+(?:\w+ed|{_PAST_VERBS})\b", re.I),
-     frozenset({"just", "recently", "finally"})),
+    (re.compile(r"\b(?:last night|the other day|lately|recently)\b", re.I),  # ("yesterday" and the like resolve)
+     frozenset({"night", "other", "lately", "recently"})),
+    (re.compile(rf"\b(?:just|finally)\s+(?:\w+ed|{_PAST_VERBS})\b", re.I), frozenset({"just", "finally"})),
 )
 NO_TIME, ANCHORED, RESOLVED = 0, 1, 2  # the time marks (see ``time_mark``)
 
 
+def _found(forms, words: set[str], text: str) -> bool:
+    """Does ``text`` (whose lower-case words are ``words``) hold one of ``forms`` ((pattern, cue words) pairs)? A
+    form is searched for only where one of its cue words is there."""
+    return any(not cues.isdisjoint(words) and p.search(text) is not None for p, cues in forms)
+
+
 def mentions_time(text: str) -> bool:
-    """Does the text hold any expression ``windows`` could resolve? (Its words are looked up first; an expression
-    is searched for only where its cue words are there.)"""
-    return _resolvable(set(_WORD.findall(text.lower())), text)
-
-
-def _resolvable(words: set[str], text: str) -> bool:
-    return any(not cues.isdisjoint(words) and p.search(text) is not None for p, cues in _EXPRESSIONS)
+    """Does the text hold any expression ``windows`` could resolve?"""
+    return _found(_EXPRESSIONS, set(_WORD.findall(text.lower())), text)
 
 
 def time_mark(text: str) -> int:
     """``RESOLVED`` (2) when the text holds an expression ``windows`` resolves, ``ANCHORED`` (1) when it anchors an
-    event in time less precisely (``_ANCHORS``), else ``NO_TIME`` (0). Cue words are looked up first, as in
-    ``mentions_time``."""
+    event in time less precisely (``_ANCHORS``), else ``NO_TIME`` (0)."""
     words = set(_WORD.findall(text.lower()))
-    if _resolvable(words, text):
+    if _found(_EXPRESSIONS, words, text):
         return RESOLVED
-    anchored = any(not cues.isdisjoint(words) and p.search(text) is not None for p, cues in _ANCHORS)
-    return ANCHORED if anchored else NO_TIME
+    return ANCHORED if _found(_ANCHORS, words, text) else NO_TIME
 
 
 def temporal_scores(constraint: TimeConstraint, when: np.ndarray, owners: np.ndarray,
