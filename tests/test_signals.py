@@ -149,6 +149,14 @@ def test_questions_that_ask_about_time(text, asks):
     ("Can you recommend some running shoes?", NO_TIME),
     ("You may want to march on", NO_TIME),
     ("I just want some advice", NO_TIME),
+    ("we shopped for linen in mid-May", ANCHORED),
+    ("the class is on mondays", ANCHORED),
+    ("I was in Lyon for a week", ANCHORED),
+    ("the report is dated 26/02/2023", ANCHORED),
+    ("add 1/2 cup of kimchi", NO_TIME),  # a fraction of a unit, not January 2
+    ("support is open 24/7", NO_TIME),
+    ("wash your face twice a day", NO_TIME),  # a frequency, not a span
+    ("I just need someone to talk to", NO_TIME),  # "-eed" is no past tense
 ])
 def test_time_marks(text, mark):
     assert time_mark(text) == mark

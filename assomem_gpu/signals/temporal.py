@@ -158,24 +158,29 @@ _WORD = re.compile(r"[a-z]+|[0-9]")
 
 
 _MONTH_NAMES = "January|February|March|April|June|July|August|September|October|November|December"  # "May": a verb
-_DAY_NAMES = "Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday"
+_DAY_NAMES = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _PAST_VERBS = ("got|began|bought|made|did|went|saw|met|took|came|had|won|ran|read|sold|left|found|gave|wrote|built|"
                "spent|heard|paid|lost|caught|hit|became|ate|drove|flew|grew|wore|swam|sang|threw|felt|kept|sent|set|"
-               "put|told|learnt")
+               "put|told|learnt|agreed")
 _DURATION_UNITS = "day|week|month|year|hour|minute|decade"
+# a count of units that spans time: "a"/"an" only after a word that makes it one ("for a week", not "twice a day")
+_SPAN = rf"(?:{_NUM.replace('|an|a|', '|')}|(?:for|in|about|over|within|after|almost|nearly)\s+an?)"
 # an event anchored in time less precisely than ``windows`` resolves, each form with its cue words (as
-# ``_EXPRESSIONS``): a numeric date, a month or weekday by name, a duration or offset, a day word, or an event just
-# reported ("I just finished", "recently moved")
+# ``_EXPRESSIONS``): a numeric month/day date (not a fraction of a unit such as "1/2 cup"), a month or weekday by name,
+# a duration or offset, a day word, or an event just reported ("I just finished"; "-eed" words such as "need" are no
+# past tense)
 _ANCHORS = (
-    (re.compile(r"\b\d{1,2}/\d{1,2}\b"), frozenset("0123456789")),
-    (re.compile(rf"\b(?:{_MONTH_NAMES}|{_DAY_NAMES})s?\b|(?i:\b(?:mid|early|late)-(?:{_MONTH_NAMES})\b)"),
-     frozenset(_MONTH_NAMES.lower().split("|") + _DAY_NAMES.lower().split("|")
-               + [d + "s" for d in _DAY_NAMES.lower().split("|")])),
-    (re.compile(rf"\b{_NUM}\s+(?:{_DURATION_UNITS})s?\b", re.I),
+    (re.compile(r"\b(?:(?:1[0-2]|0?[1-9])/(?:3[01]|[12]\d|0?[1-9])\b(?!\s*(?:cups?|tsp|tbsp|teaspoons?|tablespoons?|"
+                r"inch|inches|oz|ounces?|pounds?|lbs?|miles?|of)\b)|(?:3[01]|[12]\d)/(?:1[0-2]|0?[1-9])/\d{2,4}\b)"),
+     frozenset("0123456789")),
+    (re.compile(rf"\b(?:{_MONTH_NAMES})\b|(?i:\b(?:{_DAY_NAMES})s?\b|\b(?:mid|early|late)-(?:{_MONTHS})\b)"),
+     frozenset(_MONTH_NAMES.lower().split("|") + _DAY_NAMES.split("|") + [d + "s" for d in _DAY_NAMES.split("|")]
+               + ["mid", "early", "late"])),
+    (re.compile(rf"\b{_SPAN}\s+(?:{_DURATION_UNITS})s?\b", re.I),
      frozenset(_DURATION_UNITS.split("|") + [u + "s" for u in _DURATION_UNITS.split("|")])),
     (re.compile(r"\b(?:last night|the other day|lately|recently)\b", re.I),  # ("yesterday" and the like resolve)
      frozenset({"night", "other", "lately", "recently"})),
-    (re.compile(rf"\b(?:just|finally)\s+(?:\w+ed|{_PAST_VERBS})\b", re.I), frozenset({"just", "finally"})),
+    (re.compile(rf"\b(?:just|finally)\s+(?:\w+(?<!e)ed|{_PAST_VERBS})\b", re.I), frozenset({"just", "finally"})),
 )
 NO_TIME, ANCHORED, RESOLVED = 0, 1, 2  # the time marks (see ``time_mark``)
 
