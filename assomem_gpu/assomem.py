@@ -142,14 +142,16 @@ def _records(bank: MemoryBank, sessions: Sequence[int], dates: Sequence[float] |
 
 
 def relevance_only(config: AssoMemConfig, **changes) -> AssoMemConfig:
-    return replace(config, signals=("relevance",), **changes)
+    """``config`` ranking by relevance alone, its candidates the two-step cut's (no dense pool: with one, ranking by
+    relevance would give flat-dense's top)."""
+    return replace(config, signals=("relevance",), dense_pool=0, **changes)
 
 
 # The paper's hybrid baselines: two-step retrieval ranked by relevance alone, with different first-step units.
 HYBRID_BASELINES = {
     "session-utterance": dict(clue_mode="centroid", graph=GraphConfig(delta=1.01), clue_mix=1.0),
     "session-summary": dict(clue_mode="keywords", graph=GraphConfig(delta=1.01), clue_mix=1.0),
-    "topic-grouping": dict(clue_mode="keywords", clue_mix=1.0),
+    "topic-grouping": dict(clue_mode="keywords", graph=GraphConfig(clue_merge="components"), clue_mix=1.0),
 }
 
 

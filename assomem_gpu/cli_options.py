@@ -34,6 +34,8 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
     a.add_argument("--min-candidates", type=int, default=d.min_candidates, help="take more clues until this many candidates")
     a.add_argument("--lexical-pool", type=int, default=d.lexical_pool,
                    help="each question's this many best utterances by BM25 join its candidates (0: none)")
+    a.add_argument("--dense-pool", type=int, default=d.dense_pool,
+                   help="each question's this many most similar utterances join its candidates (0: none)")
     a.add_argument("--clue-mode", choices=CLUE_MODES, default=d.clue_mode, help="how session clues are made")
     a.add_argument(clue_llm_option, dest="llm", default=d.llm, help="LLM of --clue-mode llm: smollm2, hf:<model>[::<gguf>], openai:<url>#<model>")
     a.add_argument("--clue-mix", type=float, default=d.clue_mix, help="weight of the clue embedding in a clue's score")
@@ -86,7 +88,7 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
                             speakers=args.speakers, exact_limit=args.exact_limit, n_probe=args.n_probe)
         return AssoMemConfig(graph=graph, signals=signals, clue_mode=args.clue_mode, llm=args.llm,
                              clues=not args.no_clues, top_clues=args.top_clues, min_candidates=args.min_candidates,
-                             lexical_pool=args.lexical_pool,
+                             lexical_pool=args.lexical_pool, dense_pool=args.dense_pool,
                              clue_mix=args.clue_mix, damping=args.damping, ppr_hops=args.ppr_hops,
                              query_probe=args.query_probe, context_window=args.context_window,
                              temperature=args.temperature,

@@ -23,6 +23,7 @@ class AssoMemConfig:
     min_candidates: int = 50  # more clues are taken, best first, until the candidates reach this many
     lexical_pool: int = 10  # each question's this many best utterances by BM25 join its candidates (the clues'
     # utterances): a turn that shares the question's rare words is scored even when its clue was not picked
+    dense_pool: int = 50  # and its this many most similar utterances (relevance): the clue cut never drops them
     clue_mix: float = 0.5  # clue score = mix·cos(q, clue) + (1 − mix)·max cos(q, utterance of the clue)
     damping: float = 0.5  # d of eq. 2
     tol: float = 1e-6  # PPR stops when the largest per-question L1 change is below this
@@ -48,7 +49,8 @@ class AssoMemConfig:
         if self.clue_mode not in CLUE_MODES:
             raise ValueError(f"AssoMemConfig.clue_mode must be one of {CLUE_MODES}, got {self.clue_mode!r}")
         for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_iter", 1), ("ppr_hops", 0),
-                          ("query_probe", 0), ("context_window", 1), ("lexical_pool", 0)):
+                          ("query_probe", 0), ("context_window", 1), ("lexical_pool", 0),
+                          ("dense_pool", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"AssoMemConfig.{name} must be an integer >= {low}, got {value!r}")
@@ -70,6 +72,7 @@ class AssoMemConfig:
     def from_json(cls, obj: dict) -> "AssoMemConfig":
         obj = dict(obj)
         obj.setdefault("lexical_pool", 0)  # a config saved before the BM25 pool existed ranked without it
+        obj.setdefault("dense_pool", 0)  # (and before the dense pool, without that)
         graph = GraphConfig(**obj.pop("graph", {}))
         return cls(graph=graph, signals=tuple(obj.pop("signals", SIGNALS)),
                    bin_edges=tuple(obj.pop("bin_edges", cls.bin_edges)), **obj)

@@ -9,10 +9,11 @@ Nodes are ``[utterances | clues | speakers]``. Edges (symmetric, weighted, CSR):
 - speakers (optional, the paper's metadata extension): utterance — the person who said it.
 
 Clues: one per session (``clues.py`` makes their text and embeddings), merged when their cosine exceeds δ
-(``GraphConfig.clue_merge``): transitively, the connected components of the δ-graph (the paper's rule, the default), or
-around leaders: in session order, a session joins the clue of the first earlier leader it is δ-similar to, or leads a
-clue of its own, so every member is δ-similar to its leader and no chain grows a clue (in a dense memory one
-component holds most sessions: 1,123 of a 2,500-session LongMemEval haystack, whose largest leader clue holds 26).
+(``GraphConfig.clue_merge``): around leaders (the default): in session order, a session joins the clue of the first
+earlier leader it is δ-similar to, or leads a clue of its own, so every member is δ-similar to its leader and no chain
+grows a clue; or transitively, the connected components of the δ-graph (the paper's rule: in a dense memory one
+component holds most sessions, 1,123 of a 2,500-session LongMemEval haystack, whose largest leader clue holds 26, so
+the clue cut no longer selects).
 A merged clue's embedding is the normalised mean of its members'.
 """
 from __future__ import annotations
@@ -30,13 +31,12 @@ from .memory import MemoryBank
 
 
 CLUE_MERGES = ("components", "leaders")
-STORE_CLUE_MERGE = "leaders"  # the clue merge of a MemoryStore's default config (see store.MemoryStore)
 
 
 @dataclass(frozen=True)
 class GraphConfig:
     delta: float = 0.7  # clue merge threshold δ
-    clue_merge: str = "components"  # how δ-similar clues merge: "components" (transitively) or "leaders"
+    clue_merge: str = "leaders"  # how δ-similar clues merge: "leaders" (no chains) or "components" (transitively)
     gamma: float = 0.7  # similarity-edge threshold γ (clue–clue and utterance–utterance)
     max_neighbors: int = 10  # similarity edges kept per node (the strongest above γ)
     adjacency_weight: float = 1.0  # weight of edges between consecutive turns; 0 = none

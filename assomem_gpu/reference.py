@@ -146,6 +146,8 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
             bm25 = _bm25(graphs, ds, q.memory, utterances).scores([q.text])[0]
             local = sorted(set(local) | {i for i in np.argsort(-bm25, kind="stable")[: cfg.lexical_pool]
                                          if bm25[i] > 0})
+        local = sorted(set(local) | set(np.argsort(-rel, kind="stable")[: cfg.dense_pool].tolist()))  # and its dense
+        # top
         local = np.asarray(local, np.int64)
     else:
         local = np.arange(len(utterances))

@@ -208,9 +208,13 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
         rel = relevance(g, q, emb, queries, allowed, config, backend)
         lex = state.lexical if "lexical" in config.signals else None
         terms = None if lex is None else lex.query_terms(queries.texts)  # tokenised once, for the pool and BM25
-        pool = None
-        if lex is not None and config.lexical_pool and config.clues and g.n_clues > 0:  # else all are candidates
-            pool = backend.asarray(lex.top(queries.texts, config.lexical_pool, queries.allowed, terms))  # on the host
+        pools = []
+        if config.clues and g.n_clues > 0:  # else all are candidates
+            if lex is not None and config.lexical_pool:
+                pools.append(backend.asarray(lex.top(queries.texts, config.lexical_pool, queries.allowed, terms)))
+            if config.dense_pool:
+                pools.append(dense_top(rel, config.dense_pool, backend))
+        pool = xp.concatenate(pools, axis=1) if pools else None
         cand, counts = candidates(g, q, rel.values, rel.rows, allowed, config, backend, pool)
     valid = xp.arange(cand.shape[1]) < counts[:, None]
     at = xp.where(valid, cand, 0)  # padding reads row 0, then counts for nothing
@@ -252,10 +256,19 @@ def zscore(x, valid, xp):
     return xp.where(sd[:, None, :] > 1e-12, d / xp.where(sd > 1e-12, sd, 1.0)[:, None, :], 0.0)
 
 
+def dense_top(rel: Relevance, n: int, backend: Backend):
+    """(B, n) each question's ``n`` most similar utterance rows (ties: the lower row), -1 where it has fewer (a
+    filter's excluded rows, or fewer probed ones)."""
+    xp = backend.xp
+    top = backend.top_k(rel.values, min(n, rel.values.shape[1]))
+    rows = top if rel.rows is None else xp.take_along_axis(rel.rows, top, axis=1)
+    return xp.where(xp.take_along_axis(rel.values, top, axis=1) > -np.inf, rows, -1)
+
+
 def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig, backend: Backend, pool=None):
     """The two-step candidates of each question, (B, C) utterance rows ascending (-1 padded) and their counts: the
     utterances of the top ``top_clues`` clues, more clues (best first) until there are ``min_candidates``, and the
-    rows of ``pool`` (B, N; -1: none), each question's BM25 top, joined to them. A clue
+    rows of ``pool`` (B, N; -1: none), each question's BM25 and dense tops, joined to them. A clue
     scores ``clue_mix``·cos(question, clue) + (1 − ``clue_mix``)·its best utterance's cosine (``rel``, -inf where a
     filter excludes one; a clue with no allowed utterance is never taken).
 

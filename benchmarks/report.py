@@ -18,7 +18,8 @@ def table(prefix: str) -> str:
     entries = rows(RESULTS / f"{prefix}_methods.json")
     for ablation, label in (*((a, f"--{a}") for a in ("no-temporal", "no-importance", "no-lexical", "no-context",
                                                           "no-clues", "fixed-weights")),
-                            ("no-lexical-pool", "--lexical-pool 0")):
+                            ("no-lexical-pool", "--lexical-pool 0"), ("no-dense-pool", "--dense-pool 0"),
+                            ("components", "--clue-merge components")):
         path = RESULTS / f"{prefix}_{ablation}.json"
         if path.exists():
             entries += rows(path, f" {label}")

@@ -16,11 +16,16 @@ for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
     run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json"
   done
   run --dataset "$2" --method assomem --lexical-pool 0 --output "$OUT/$1_no-lexical-pool.json"
+  run --dataset "$2" --method assomem --dense-pool 0 --output "$OUT/$1_no-dense-pool.json"
+  run --dataset "$2" --method assomem --clue-merge components --output "$OUT/$1_components.json"
 done
 run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method flat-dense,bm25,session-utterance,topic-grouping,assomem \
     --output "$OUT/longmemeval_l2500_methods.json"
-run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method assomem --lexical-pool 0 \
-    --output "$OUT/longmemeval_l2500_no-lexical-pool.json"
+for ablation in "lexical-pool 0:no-lexical-pool" "dense-pool 0:no-dense-pool" "clue-merge components:components" \
+    "no-clues:no-clues"; do
+  run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method assomem --${ablation%%:*} \
+      --output "$OUT/longmemeval_l2500_${ablation##*:}.json"
+done
 # the shipped fusion weights (assomem_gpu/weights/README.md) applied to MeetingQA, which they never saw
 run --dataset "$MQA" --method assomem --weights assomem_gpu/weights/default.json \
     --output "$OUT/meetingqa_assomem_shipped_weights.json"

@@ -67,7 +67,8 @@ def test_features_are_batch_invariant(tmp_path, minilm):
 
 def test_two_step_candidates_are_utterances_of_top_clues(tmp_path):
     data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), HashingEncoder())
-    method = AssoMem(AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid", lexical_pool=0),
+    method = AssoMem(AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid", lexical_pool=0,
+                                   dense_pool=0),
                      encoder=None)
     (f,) = method.features(data, [0])
     g = method.index(data, 0)._state.graph
@@ -120,6 +121,8 @@ def test_hybrid_baselines_use_relevance_only():
     for name in ("session-utterance", "session-summary", "topic-grouping"):
         m = make_assomem(name, AssoMemConfig(), HashingEncoder())
         assert m.config.signals == ("relevance",) and not m.needs_calibration and m.name == name
+        assert m.config.dense_pool == 0  # the two-step cut alone (with the dense top, they would be flat-dense)
+    assert make_assomem("topic-grouping", AssoMemConfig(), HashingEncoder()).config.graph.clue_merge == "components"
     assert make_assomem("assomem", AssoMemConfig(), HashingEncoder()).needs_calibration
 
 

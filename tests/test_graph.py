@@ -205,7 +205,7 @@ def test_growing_clues_session_by_session_equals_building_them():
     sessions[9] = centres[0] + centres[1]
     sessions[17] = centres[2] + centres[3]
     emb = unit(np.stack(sessions)).astype(np.float32)
-    config = GraphConfig(delta=0.8, gamma=0.5, max_neighbors=3)
+    config = GraphConfig(delta=0.8, gamma=0.5, max_neighbors=3, clue_merge="components")
     state = clue_state(emb[:3], config)
     merged_any = False
     for n in range(4, len(emb) + 1):
@@ -295,9 +295,10 @@ def test_ivf_graph_grown_equals_built_across_codebook_doublings():
     assert trained == [0, 200, 400, 800, 800]
 
 
-@pytest.mark.parametrize("config", [GraphConfig(gamma=0.6, delta=0.8), GraphConfig(gamma=0.3, delta=0.5, max_neighbors=3),
+@pytest.mark.parametrize("config", [GraphConfig(gamma=0.6, delta=0.8),
+                                    GraphConfig(gamma=0.3, delta=0.5, max_neighbors=3, clue_merge="components"),
                                     GraphConfig(gamma=0.6, delta=0.5, adjacency_weight=0.0, exact_limit=100,
-                                                list_size=16, n_probe=3)])
+                                                list_size=16, n_probe=3, clue_merge="components")])
 def test_a_graph_grown_and_shrunk_equals_the_build_to_the_bit(config):
     """Each add and each remove splices the old matrices' untouched rows with fresh ones (``graph._spliced``), clue
     merges and splits included."""

@@ -31,7 +31,8 @@ def random_sessions(seed: int, n: int, prefix: str = "s") -> list[Session]:
 
 
 def make_index(config=None, **kw) -> MemoryIndex:
-    config = config or AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3))
+    config = config or AssoMemConfig(top_clues=2, min_candidates=3, dense_pool=3,
+                                     graph=GraphConfig(delta=0.5, gamma=0.3))
     return MemoryIndex(HashingEncoder(), config, fixed_weights(config.signals), device="cpu", **kw)
 
 
@@ -573,7 +574,7 @@ def test_the_bm25_top_of_the_memory_joins_the_clues_candidates():
 
     from assomem_gpu.scoring import Queries, score
 
-    config = AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid", lexical_pool=0,
+    config = AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid", lexical_pool=0, dense_pool=0,
                            graph=GraphConfig(delta=0.9, gamma=0.3))
     index = make_index(config)
     index.add_sessions(random_sessions(0, 30))
@@ -590,7 +591,45 @@ def test_the_bm25_top_of_the_memory_joins_the_clues_candidates():
             assert np.array_equal(joined.candidates[b, : joined.counts[b]], expected)
             grew += len(expected) > alone.counts[b]
     assert grew >= 6
-    with pytest.raises(ValueError, match="lexical_pool"):
-        AssoMemConfig(lexical_pool=-1)
-    saved = {k: v for k, v in AssoMemConfig().to_json().items() if k != "lexical_pool"}  # saved before the pool
-    assert AssoMemConfig.from_json(saved).lexical_pool == 0 and AssoMemConfig().lexical_pool == 10
+
+
+@pytest.mark.parametrize("probed", [False, True])
+def test_the_dense_top_of_the_memory_joins_the_clues_candidates(probed, monkeypatch):
+    """``dense_pool`` N: a question's candidates are its top clue's utterances and its N most similar utterances
+    (ties: the lower row; probed, among its probed lists' members), each once, ascending."""
+    import dataclasses
+
+    from assomem_gpu import scoring
+    from assomem_gpu.scoring import Queries, relevance, score
+
+    monkeypatch.setattr(scoring, "PROBED_SHARE", 1)  # a small memory's few lists, probed one at a time
+    config = AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid", lexical_pool=0, dense_pool=0,
+                           query_probe=1 if probed else 0,
+                           graph=GraphConfig(delta=0.9, gamma=0.3, exact_limit=40 if probed else 10_000, list_size=8))
+    index = make_index(config)
+    index.add_sessions(random_sessions(0, 30))
+    texts = ["apple river guitar", "coffee last week", "chess sister bakery", "lisbon violin"]
+    queries = Queries(index.encoder.encode(texts), texts, np.full(len(texts), np.nan))
+    (alone,) = index.score(queries)
+    g, be = index._state.graph, index.backend
+    rel = relevance(g, be.asarray(queries.emb), be.asarray(index._state.emb.view), queries, None, config, be)
+    assert (rel.rows is not None) == probed
+    grew = 0
+    for n in (1, 7, 1000):
+        (joined,) = score(index._state, queries, dataclasses.replace(config, dense_pool=n), index.backend)
+        for b in range(len(texts)):
+            rows = np.arange(g.n_utt) if rel.rows is None else rel.rows[b][rel.rows[b] >= 0]
+            values = rel.values[b][: len(rows)]
+            top = rows[np.argsort(-values, kind="stable")[:n]]
+            expected = np.union1d(alone.candidates[b, : alone.counts[b]], top)
+            assert np.array_equal(joined.candidates[b, : joined.counts[b]], expected)
+            grew += len(expected) > alone.counts[b]
+    assert grew >= 6
+
+
+@pytest.mark.parametrize("name, default", [("lexical_pool", 10), ("dense_pool", 50)])
+def test_a_candidate_pool_is_checked_and_a_config_saved_before_it_has_none(name, default):
+    with pytest.raises(ValueError, match=name):
+        AssoMemConfig(**{name: -1})
+    saved = {k: v for k, v in AssoMemConfig().to_json().items() if k != name}
+    assert getattr(AssoMemConfig.from_json(saved), name) == 0 and getattr(AssoMemConfig(), name) == default

@@ -10,7 +10,7 @@ import os
 import sys
 
 from ..encode import ENCODER_HELP, RUNTIMES, add_prompt_options
-from ..graph import CLUE_MERGES, STORE_CLUE_MERGE, GraphConfig
+from ..graph import CLUE_MERGES, GraphConfig
 from .models import MAX_BODY_BYTES
 
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
                         "encode.encoder_runtime)")
     add_prompt_options(p)
     p.add_argument("--admin-key", default=os.environ.get("ASSOMEM_ADMIN_KEY"), help="default $ASSOMEM_ADMIN_KEY")
-    p.add_argument("--clue-merge", choices=CLUE_MERGES, default=STORE_CLUE_MERGE,
+    p.add_argument("--clue-merge", choices=CLUE_MERGES, default=GraphConfig().clue_merge,
                    help="how δ-similar session clues merge (leaders: no chains, so a growing memory keeps small clues "
                         "and a search's cost bounded; components: the paper's, whose chains can join most of a dense "
                         "memory into one clue and make every search read most of it)")

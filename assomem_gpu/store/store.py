@@ -30,7 +30,6 @@ from ..clues import keyword_clue
 from ..config import AssoMemConfig
 from ..encode import DEFAULT_MODEL, Encoder, prompted, text_encoder
 from ..fusion import FusionModel, default_fusion
-from ..graph import STORE_CLUE_MERGE, GraphConfig
 from ..index import Answer, MemoryIndex, Session
 from ..llm import LLM
 from ..snapshot import SnapshotError
@@ -40,9 +39,7 @@ from .schema import StoreError, connect
 class MemoryStore:
     """Memories of many tenants in one directory (``store.sqlite`` and ``snapshots/``); see the module docstring.
 
-    ``encoder``, ``config``, ``fusion``, ``device``, ``dated``: as for ``MemoryIndex``, shared by every tenant, but the
-    default config merges clues around leaders (``STORE_CLUE_MERGE``): a live memory grows, and the paper's chained
-    merge can join most of a dense one into one clue, which every search then reads whole. A store
+    ``encoder``, ``config``, ``fusion``, ``device``, ``dated``: as for ``MemoryIndex``, shared by every tenant. A store
     records its encoder's name and dimension, and how clues are made, on first use and refuses others later
     (``StoreError``); another config is taken (a tenant's snapshot of the old one is replaced as it loads: one
     process per directory). ``max_loaded``: indexes held in memory (default 8). ``snapshot_every_s``: a background thread
@@ -62,7 +59,7 @@ class MemoryStore:
         self.directory = Path(directory)
         (self.directory / "snapshots").mkdir(parents=True, exist_ok=True)
         self.encoder = text_encoder(encoder) if isinstance(encoder, str) else encoder
-        self.config = AssoMemConfig(graph=GraphConfig(clue_merge=STORE_CLUE_MERGE)) if config is None else config
+        self.config = AssoMemConfig() if config is None else config
         self.fusion = default_fusion(self.config.signals, self.encoder.name) if fusion is None else fusion
         self.backend = device if isinstance(device, Backend) else get_backend(device)
         self.dated, self.max_loaded = dated, max_loaded
