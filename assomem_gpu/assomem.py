@@ -16,7 +16,6 @@ from .backend import Backend, get_backend
 from .config import AssoMemConfig
 from .encode import Encoder
 from .fusion import FusionModel, default_fusion, fit_fusion, fixed_weights, fuse
-from .graph import GraphConfig
 from .index import MemoryIndex
 from .memory import MemoryBank
 from .retrieve import EmbeddedDataset, by_memory
@@ -141,17 +140,19 @@ def _records(bank: MemoryBank, sessions: Sequence[int], dates: Sequence[float] |
             for s, d in zip(sessions, dates)]
 
 
-def relevance_only(config: AssoMemConfig, **changes) -> AssoMemConfig:
+def relevance_only(config: AssoMemConfig, graph: dict | None = None, **changes) -> AssoMemConfig:
     """``config`` ranking by relevance alone, its candidates the two-step cut's (no dense pool: with one, ranking by
-    relevance would give flat-dense's top)."""
-    return replace(config, signals=("relevance",), dense_pool=0, **changes)
+    relevance would give flat-dense's top), with ``changes`` and the ``graph`` changes to its graph config."""
+    return replace(config, **{"signals": ("relevance",), "dense_pool": 0, **changes},
+                   graph=replace(config.graph, **(graph or {})))
 
 
-# The paper's hybrid baselines: two-step retrieval ranked by relevance alone, with different first-step units.
+# The paper's hybrid baselines: two-step retrieval ranked by relevance alone, with different first-step units (the
+# graph changes apply to the config's graph: a session is its own clue, or clues merge as the paper merges them).
 HYBRID_BASELINES = {
-    "session-utterance": dict(clue_mode="centroid", graph=GraphConfig(delta=1.01), clue_mix=1.0),
-    "session-summary": dict(clue_mode="keywords", graph=GraphConfig(delta=1.01), clue_mix=1.0),
-    "topic-grouping": dict(clue_mode="keywords", graph=GraphConfig(clue_merge="components"), clue_mix=1.0),
+    "session-utterance": dict(clue_mode="centroid", graph=dict(delta=1.01), clue_mix=1.0),
+    "session-summary": dict(clue_mode="keywords", graph=dict(delta=1.01), clue_mix=1.0),
+    "topic-grouping": dict(clue_mode="keywords", graph=dict(clue_merge="components"), clue_mix=1.0),
 }
 
 

@@ -35,13 +35,15 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
     a.add_argument("--lexical-pool", type=int, default=d.lexical_pool,
                    help="each question's this many best utterances by BM25 join its candidates (0: none)")
     a.add_argument("--dense-pool", type=int, default=d.dense_pool,
-                   help="each question's this many most similar utterances join its candidates (0: none)")
+                   help="each question's this many most similar utterances join its candidates (0: none; "
+                        "not with --no-clues, where every utterance is one, nor in the hybrid baselines)")
     a.add_argument("--clue-mode", choices=CLUE_MODES, default=d.clue_mode, help="how session clues are made")
     a.add_argument(clue_llm_option, dest="llm", default=d.llm, help="LLM of --clue-mode llm: smollm2, hf:<model>[::<gguf>], openai:<url>#<model>")
     a.add_argument("--clue-mix", type=float, default=d.clue_mix, help="weight of the clue embedding in a clue's score")
     a.add_argument("--delta", type=float, default=g.delta, help="δ: clue merge threshold")
     a.add_argument("--clue-merge", choices=CLUE_MERGES, default=g.clue_merge,
-                   help="δ-similar clues merge transitively (components) or around a first session (leaders)")
+                   help="δ-similar clues merge around a first session (leaders, the default) or transitively "
+                        "(components, the paper's)")
     a.add_argument("--gamma", type=float, default=g.gamma, help="γ: similarity-edge threshold")
     a.add_argument("--max-neighbors", type=int, default=g.max_neighbors, help="similarity edges kept per node")
     a.add_argument("--adjacency-weight", type=float, default=g.adjacency_weight, help="weight of consecutive-turn edges")

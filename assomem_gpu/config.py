@@ -23,7 +23,8 @@ class AssoMemConfig:
     min_candidates: int = 50  # more clues are taken, best first, until the candidates reach this many
     lexical_pool: int = 10  # each question's this many best utterances by BM25 join its candidates (the clues'
     # utterances): a turn that shares the question's rare words is scored even when its clue was not picked
-    dense_pool: int = 50  # and its this many most similar utterances (relevance): the clue cut never drops them
+    dense_pool: int = 50  # each question's this many most similar utterances (relevance) join them too: the clue
+    # cut never drops what flat dense retrieval ranks first
     clue_mix: float = 0.5  # clue score = mix·cos(q, clue) + (1 − mix)·max cos(q, utterance of the clue)
     damping: float = 0.5  # d of eq. 2
     tol: float = 1e-6  # PPR stops when the largest per-question L1 change is below this
@@ -73,7 +74,8 @@ class AssoMemConfig:
         obj = dict(obj)
         obj.setdefault("lexical_pool", 0)  # a config saved before the BM25 pool existed ranked without it
         obj.setdefault("dense_pool", 0)  # (and before the dense pool, without that)
-        graph = GraphConfig(**obj.pop("graph", {}))
+        graph = {"clue_merge": "components", **obj.pop("graph", {})}  # (and before leader clues, by components)
+        graph = GraphConfig(**graph)
         return cls(graph=graph, signals=tuple(obj.pop("signals", SIGNALS)),
                    bin_edges=tuple(obj.pop("bin_edges", cls.bin_edges)), **obj)
 

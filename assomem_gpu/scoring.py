@@ -257,8 +257,8 @@ def zscore(x, valid, xp):
 
 
 def dense_top(rel: Relevance, n: int, backend: Backend):
-    """(B, n) each question's ``n`` most similar utterance rows (ties: the lower row), -1 where it has fewer (a
-    filter's excluded rows, or fewer probed ones)."""
+    """(B, min(n, width of ``rel``)) each question's ``n`` most similar utterance rows (ties: the lower row), -1
+    where it has fewer (a filter's excluded rows, or fewer probed ones)."""
     xp = backend.xp
     top = backend.top_k(rel.values, min(n, rel.values.shape[1]))
     rows = top if rel.rows is None else xp.take_along_axis(rel.rows, top, axis=1)

@@ -24,7 +24,7 @@ from .memory import MemoryBank
 from .rows import Rows
 from .signals.context import context_norms
 from .signals.lexical import BM25Index, TermCounts
-from .signals.temporal import time_mark, windows
+from .signals.temporal import TIME_MARKS_VERSION, time_mark, windows
 
 Turn = tuple[str, str, str]  # (utterance id, speaker, text)
 
@@ -183,7 +183,8 @@ class MemoryState:
         documents = {"sessions": {"ids": bank.session_ids, "dates": bank.session_dates, "offsets": bank.offsets,
                                   "metadata": self.metadata},
                      "utterances": {"ids": bank.utt_ids, "speakers": bank.utt_speakers, "texts": bank.utt_texts}}
-        arrays = {"utt_emb": self.emb.view, "clue_emb": self.clue_emb.view, "time_marks": self.time_marks}
+        arrays = {"utt_emb": self.emb.view, "clue_emb": self.clue_emb.view, "time_marks": self.time_marks,
+                  "time_marks_version": np.array([TIME_MARKS_VERSION])}
         if self._full is not None:
             (ui, uj, us), clues = self._full.utt_pairs, self._full.clues
             ci, cj, cs = clues.candidates
@@ -214,9 +215,9 @@ class MemoryState:
         state.metadata = [dict(m) for m in sessions["metadata"]]
         state.emb = Rows((state.dim,), data=arrays["utt_emb"])
         state.clue_emb = Rows((state.dim,), data=arrays["clue_emb"])
-        marks = arrays.get("time_marks")  # made again from the texts only for a snapshot written before they were
-        # (which held whether each resolves a time: the marks now say how each anchors one)
-        if marks is None:
+        marks = arrays.get("time_marks")  # made again from the texts for a snapshot written before them (which held
+        # whether each resolves a time) or under other rules
+        if marks is None or arrays.get("time_marks_version", np.array([1])).tolist() != [TIME_MARKS_VERSION]:
             marks = _time_marks(bank.utt_texts, config)
         state._time_marks = Rows(dtype=np.int8, data=marks)
         counts = np.diff(bank.offset_array)

@@ -10,6 +10,7 @@ from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder, TransformersEncoder
 from assomem_gpu.eval.__main__ import main as eval_main
 from assomem_gpu.fusion import fixed_weights
+from assomem_gpu.graph import GraphConfig
 from assomem_gpu.retrieve import EmbeddedDataset
 
 from conftest import lme_item
@@ -122,7 +123,9 @@ def test_hybrid_baselines_use_relevance_only():
         m = make_assomem(name, AssoMemConfig(), HashingEncoder())
         assert m.config.signals == ("relevance",) and not m.needs_calibration and m.name == name
         assert m.config.dense_pool == 0  # the two-step cut alone (with the dense top, they would be flat-dense)
-    assert make_assomem("topic-grouping", AssoMemConfig(), HashingEncoder()).config.graph.clue_merge == "components"
+    topics = make_assomem("topic-grouping", AssoMemConfig(graph=GraphConfig(delta=0.8, gamma=0.6)), HashingEncoder())
+    assert (topics.config.graph.clue_merge, topics.config.graph.delta, topics.config.graph.gamma) == ("components", 0.8,
+                                                                                                   0.6)
     assert make_assomem("assomem", AssoMemConfig(), HashingEncoder()).needs_calibration
 
 

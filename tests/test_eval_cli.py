@@ -84,10 +84,10 @@ def test_bad_flags_are_rejected(args, jsonl_file):
 def test_assomem_on_locomo_and_too_few_questions_for_folds(tmp_path, locomo_file, capsys):
     out = tmp_path / "o.json"
     assert main(["--dataset", f"locomo:{locomo_file}", "--method", "assomem", "--encoder", "hashing", "--quiet",
-                 "--clue-merge", "leaders", "--output", str(out)]) == 0
+                 "--clue-merge", "components", "--output", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["results"]["assomem"]["metrics"]["all"]["n"] == 4
-    assert report["configs"]["assomem"]["graph"]["clue_merge"] == "leaders"  # the config is recorded
+    assert report["configs"]["assomem"]["graph"]["clue_merge"] == "components"  # the config is recorded
     assert main(["--dataset", f"locomo:{locomo_file}", "--method", "assomem", "--encoder", "hashing", "--quiet",
                  "--limit", "2"]) == 2
     assert "needs at least 5 questions" in capsys.readouterr().err

@@ -191,7 +191,17 @@ def test_save_and_load_give_identical_rankings(tmp_path):
     write(tmp_path / "without_norms.npz", documents, arrays)
     older = MemoryIndex.load(tmp_path / "without_norms.npz", encoder=HashingEncoder(), device="cpu")
     assert fingerprint(older) == fingerprint(index) and results(older) == results(index)
+    stale = {**arrays, "time_marks": np.zeros_like(arrays["time_marks"])}  # marks of other rules: made again
+    for name, version in (("version_1", None), ("version_0", np.array([0]))):
+        if version is None:
+            stale.pop("time_marks_version")
+        else:
+            stale["time_marks_version"] = version
+        write(tmp_path / f"{name}.npz", documents, stale)
+        again = MemoryIndex.load(tmp_path / f"{name}.npz", encoder=HashingEncoder(), device="cpu")
+        assert fingerprint(again) == fingerprint(index) and results(again) == results(index)
     marks = arrays.pop("time_marks")  # one written before the time marks, with a flag per utterance: made again
+    arrays.pop("time_marks_version")
     assert set(marks.tolist()) == {0, 1, 2}
     write(tmp_path / "flags.npz", documents, {**arrays, "has_time": marks == 2})
     flags = MemoryIndex.load(tmp_path / "flags.npz", encoder=HashingEncoder(), device="cpu")
@@ -633,3 +643,16 @@ def test_a_candidate_pool_is_checked_and_a_config_saved_before_it_has_none(name,
         AssoMemConfig(**{name: -1})
     saved = {k: v for k, v in AssoMemConfig().to_json().items() if k != name}
     assert getattr(AssoMemConfig.from_json(saved), name) == 0 and getattr(AssoMemConfig(), name) == default
+
+
+def test_a_config_saved_before_leader_clues_merges_by_components_and_the_shipped_weights_hold_the_default():
+    from importlib.resources import files
+
+    from assomem_gpu.fusion import DEFAULT_WEIGHTS
+
+    saved = AssoMemConfig().to_json()
+    del saved["graph"]["clue_merge"]
+    assert AssoMemConfig.from_json(saved).graph.clue_merge == "components"
+    assert AssoMemConfig().graph.clue_merge == "leaders"
+    shipped = json.loads(files("assomem_gpu").joinpath(DEFAULT_WEIGHTS).read_text(encoding="utf-8"))
+    assert AssoMemConfig.from_json(shipped["config"]) == AssoMemConfig()  # recalibrate them when a default changes

@@ -42,7 +42,8 @@ def weights(signals, rng):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("config", [
-    AssoMemConfig(clue_mode="centroid", top_clues=2, min_candidates=5, graph=GraphConfig(delta=0.6, gamma=0.3)),
+    AssoMemConfig(clue_mode="centroid", top_clues=2, min_candidates=5,
+                  graph=GraphConfig(delta=0.6, gamma=0.3, clue_merge="components")),
     AssoMemConfig(clue_mode="centroid", top_clues=2, min_candidates=5,
                   graph=GraphConfig(delta=0.6, gamma=0.3, clue_merge="leaders")),
     AssoMemConfig(clue_mode="centroid", clues=False, graph=GraphConfig(gamma=0.2, adjacency_weight=0.0)),

@@ -53,12 +53,12 @@ def test_a_store_opened_with_another_config_replaces_the_snapshot(tmp_path):
     with open_store(tmp_path) as store:
         store.create_tenant("ana")
         store.add_sessions("ana", [session(f"s{i}", i) for i in range(12)])
-    leaders = replace(CONFIG, graph=replace(CONFIG.graph, clue_merge="leaders"))
-    with MemoryStore(tmp_path, HashingEncoder(), leaders, device="cpu") as other:
+    components = replace(CONFIG, graph=replace(CONFIG.graph, clue_merge="components"))
+    with MemoryStore(tmp_path, HashingEncoder(), components, device="cpu") as other:
         live = hits(other, "ana")  # rebuilt from the rows: the snapshot is another config's
     snapshots = list((tmp_path / "snapshots").glob("*.npz"))
-    assert len(snapshots) == 1 and MemoryIndex.load(snapshots[0], encoder=HashingEncoder()).config == leaders
-    with MemoryStore(tmp_path, HashingEncoder(), leaders, device="cpu") as again:
+    assert len(snapshots) == 1 and MemoryIndex.load(snapshots[0], encoder=HashingEncoder()).config == components
+    with MemoryStore(tmp_path, HashingEncoder(), components, device="cpu") as again:
         assert hits(again, "ana") == live
 
 

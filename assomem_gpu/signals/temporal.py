@@ -26,7 +26,9 @@ REPORT_LAG = 14 * DAY  # how long after an event a session may still be the one 
 _UNITS = {"day": DAY, "week": 7 * DAY, "month": 30.44 * DAY, "year": 365.25 * DAY}
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
             "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2, "a few": 3, "few": 3}
-_NUM = r"(\d+|a couple of|couple of|a few|few|an|a|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_COUNTS = "a couple of|couple of|a few|few"
+_NUMBER_WORDS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
+_NUM = rf"(\d+|{_COUNTS}|an|a|{_NUMBER_WORDS})"
 _AGO = re.compile(rf"(?<!how many )(?<!how much )\b{_NUM}\s+(day|week|month|year)s?\s+ago\b", re.I)
 _PAST = re.compile(rf"\b(?:last|past|previous)\s+(?:{_NUM}\s+)?(day|week|weekend|month|year)s?\b", re.I)
 _THIS = re.compile(r"\b(?:this|current)\s+(week|weekend|month|year)\b", re.I)
@@ -164,7 +166,7 @@ _PAST_VERBS = ("got|began|bought|made|did|went|saw|met|took|came|had|won|ran|rea
                "put|told|learnt|agreed")
 _DURATION_UNITS = "day|week|month|year|hour|minute|decade"
 # a count of units that spans time: "a"/"an" only after a word that makes it one ("for a week", not "twice a day")
-_SPAN = rf"(?:{_NUM.replace('|an|a|', '|')}|(?:for|in|about|over|within|after|almost|nearly)\s+an?)"
+_SPAN = rf"(?:\d+|{_COUNTS}|{_NUMBER_WORDS}|(?:for|in|about|over|within|after|almost|nearly)\s+an?)"
 # an event anchored in time less precisely than ``windows`` resolves, each form with its cue words (as
 # ``_EXPRESSIONS``): a numeric month/day date (not a fraction of a unit such as "1/2 cup"), a month or weekday by name,
 # a duration or offset, a day word, or an event just reported ("I just finished"; "-eed" words such as "need" are no
@@ -183,6 +185,7 @@ _ANCHORS = (
     (re.compile(rf"\b(?:just|finally)\s+(?:\w+(?<!e)ed|{_PAST_VERBS})\b", re.I), frozenset({"just", "finally"})),
 )
 NO_TIME, ANCHORED, RESOLVED = 0, 1, 2  # the time marks (see ``time_mark``)
+TIME_MARKS_VERSION = 2  # of the rules above: a snapshot's marks of another version are made again from its texts
 
 
 def _found(forms, words: set[str], text: str) -> bool:
