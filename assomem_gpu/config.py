@@ -74,8 +74,8 @@ class AssoMemConfig:
         obj = dict(obj)
         obj.setdefault("lexical_pool", 0)  # a config saved before the BM25 pool existed ranked without it
         obj.setdefault("dense_pool", 0)  # (and before the dense pool, without that)
-        graph = {"clue_merge": "components", **obj.pop("graph", {})}  # (and before leader clues, by components)
-        graph = GraphConfig(**graph)
+        graph = GraphConfig(**{"clue_merge": "components", **obj.pop("graph", {})})  # (and before leader clues, by
+        # components)
         return cls(graph=graph, signals=tuple(obj.pop("signals", SIGNALS)),
                    bin_edges=tuple(obj.pop("bin_edges", cls.bin_edges)), **obj)
 

@@ -4,8 +4,8 @@ normalised signals (relevance, importance, temporal, lexical, context), padded t
 Every stage runs on the backend's arrays (``backend.xp``: numpy, or CuPy on the device, where the memory's
 embeddings, graph and BM25 weights are uploaded once per index version), so a batch stays where it is scored; only
 time expressions and marks, for the questions with a temporal intent, and the BM25 top of each question that joins
-its candidates (``BM25Index.top``, a sparse product over its terms' postings) are computed on the host. The result does not depend
-on the fusion weights: calibration and cross-validation score once and fuse many times.
+its candidates (``BM25Index.top``, a sparse product over its terms' postings) are computed on the host. The result
+does not depend on the fusion weights: calibration and cross-validation score once and fuse many times.
 """
 from __future__ import annotations
 
