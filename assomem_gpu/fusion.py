@@ -208,7 +208,8 @@ def rank(scored, q_emb: np.ndarray, model: FusionModel, temperature: float, dept
         cand, z = xp.full((len(cand), 1), -1, np.int64), xp.zeros((len(cand), 1, z.shape[2]))
     n_b, width = cand.shape
     k = min(depth, MAX_K)
-    top, fused = backend.fused_topk(z.astype(np.float32), counts, backend.asarray(weights, np.float32), temperature, k)
+    z32 = z.astype(np.float32)
+    top, fused, maxes, sums = backend.fused_topk(z32, counts, backend.asarray(weights, np.float32), temperature, k)
     n = xp.minimum(counts, k)
     head_ok = xp.arange(k) < n[:, None]
     head = xp.where(head_ok, xp.take_along_axis(cand, xp.maximum(top, 0), axis=1), -1)
@@ -247,8 +248,8 @@ def rank(scored, q_emb: np.ndarray, model: FusionModel, temperature: float, dept
         rows = xp.where(xp.take_along_axis(ok, first, axis=1), xp.take_along_axis(every, first, axis=1), -1)
     parts = None
     if shares:
-        part = contributions(z, xp.arange(width) < counts[:, None], backend.asarray(weights), temperature, xp)
-        parts = backend.to_host(xp.take_along_axis(part, xp.maximum(top, 0)[:, :, None], axis=1))
+        at = xp.take_along_axis(z32, xp.maximum(top, 0)[:, :, None], axis=1)
+        parts = backend.to_host(contributions(at, head_ok, backend.asarray(weights), maxes, sums, temperature, xp))
     rows, fused, n = backend.to_host(rows), backend.to_host(fused), backend.to_host(n)
     return [Ranking(rows[b][rows[b] >= 0], fused[b, : n[b]], weights[b], None if parts is None else parts[b, : n[b]])
             for b in range(n_b)]
@@ -275,12 +276,10 @@ def fuse(feats: Sequence, q_emb: np.ndarray, model: FusionModel, temperature: fl
     return rank(Scored(*(backend.asarray(x) for x in parts)), q_emb, model, temperature, depth, backend)
 
 
-def contributions(z, valid, weights, temperature: float, xp=np):
-    """Each signal's share of eq. 4 for every candidate: w_d · softmax_T(z_·d)_c over each question's valid
-    candidates; (B, C, n_signals), summing over signals to the fused scores (0 past the valid ones)."""
-    if z.shape[1] == 0:
-        return xp.zeros(z.shape)
-    z = xp.where(valid[:, :, None], z, -np.inf)
-    top = xp.max(z, axis=1, keepdims=True)
-    e = xp.exp((z - xp.where(top > -np.inf, top, 0.0)) / temperature)  # exp(-inf) = 0 past the valid ones
-    return weights[:, None, :] * e / xp.maximum(e.sum(axis=1, keepdims=True), 1e-300)
+def contributions(z, valid, weights, maxes, sums, temperature: float, xp=np):
+    """Each signal's share of eq. 4 for the candidates ``z`` (B, K, n_signals): w_d · exp((z_cd − max_d) / T) / sum_d,
+    with each signal's max and sum of exponentials over the question's candidates (``fused_topk``'s); (B, K,
+    n_signals), summing over signals to the fused scores (0 where ``valid`` (B, K) is False)."""
+    e = xp.exp((z - xp.where(maxes > -np.inf, maxes, 0.0)[:, None, :]) / temperature)
+    part = weights[:, None, :] * e / xp.maximum(sums, 1e-300)[:, None, :]
+    return xp.where(valid[:, :, None], part, 0.0)

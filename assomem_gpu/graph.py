@@ -150,18 +150,9 @@ class MemoryGraph:
 
     def reach(self, seeds: np.ndarray, hops: int) -> np.ndarray:
         """The nodes within ``hops`` edges of the ``seeds`` (node ids), ascending (utterance nodes first)."""
-        indptr, indices = self.adjacency.indptr, self.adjacency.indices
-        seen, fresh = np.zeros(self.n_nodes, bool), np.zeros(self.n_nodes, bool)
-        seen[seeds] = True
-        frontier = np.flatnonzero(seen)
-        for _ in range(hops):
-            found = indices[_ranges(indptr[frontier], indptr[frontier + 1])]
-            fresh[found[~seen[found]]] = True  # a mask, not a sort, makes the next frontier distinct
-            frontier = np.flatnonzero(fresh)
-            if len(frontier) == 0:
-                break
-            seen[frontier], fresh[frontier] = True, False
-        return np.flatnonzero(seen)
+        from .kernels.reach import reach  # Numba loads on the first search, not on import
+
+        return reach(self.adjacency.indptr, self.adjacency.indices, seeds, hops)
 
     def _transition(self) -> sp.csr_matrix:
         """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass: a self-loop), with
@@ -324,14 +315,16 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
     """
     labels, emb, (ci, cj, cs) = state.labels, state.emb, state.candidates
     leaders = config.clue_merge == "leaders"
-    leader = np.unique(labels, return_index=True)[1] if leaders else None  # each clue's first session (an add
-    # never merges leader clues, so a new clue's is appended)
+    # leaders: each clue's first session, where the labels first reach a clue (clues are numbered by their first
+    # session; an add never merges leader clues, so a new clue's is appended); a session is compared to them alone
+    leader = np.flatnonzero(np.diff(np.maximum.accumulate(labels), prepend=-1) > 0) if leaders else None
     for s in range(len(labels), len(session_emb)):
-        near = np.flatnonzero(session_emb[:s] @ session_emb[s] > config.delta - 1e-4)
-        sims = np.round(exact_cosines(session_emb, near, np.full(len(near), s)), 6)  # as select_top rounds
-        near = near[sims > config.delta]
         if leaders:
-            near = near[leader[labels[near]] == near][:1]
+            near = leader[session_emb[leader] @ session_emb[s] > config.delta - 1e-4]
+        else:
+            near = np.flatnonzero(session_emb[:s] @ session_emb[s] > config.delta - 1e-4)
+        sims = np.round(exact_cosines(session_emb, near, np.full(len(near), s)), 6)  # as select_top rounds
+        near = near[sims > config.delta][:1] if leaders else near[sims > config.delta]
         linked = np.unique(labels[near])
         n_c = len(emb)
         remap = np.arange(n_c)
@@ -439,9 +432,18 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
     fresh[n_old:] = True
     changed = np.setxor1d(rows[mine] * n + cols[mine], top[0] * n + top[1])  # pairs made or lost
     fresh[changed // n], fresh[changed % n] = True, True
+    n_sessions = len(g.clues.labels)
     clue_map = np.empty(g.n_clues, np.int64)
-    clue_map[g.clues.labels] = clues.labels[: len(g.clues.labels)]
-    return _spliced(g, bank, pairs, clues, config, search, np.arange(n_old), clue_map, fresh)
+    clue_map[g.clues.labels] = clues.labels[:n_sessions]
+    grouped = None
+    if np.array_equal(clue_map, np.arange(g.n_clues)):  # no clue merged (leaders never merge): each new utterance
+        # joins the end of its clue's group, clue by clue (new clues after the old ones), rows ascending in each
+        new_clue = np.repeat(clues.labels[n_sessions:], np.diff(bank.offset_array)[n_sessions:])
+        order = np.argsort(new_clue, kind="stable")
+        ends = np.concatenate([np.cumsum(g.clue_sizes), np.full(len(clues.emb) - g.n_clues, n_old)])
+        grouped = (np.concatenate([g.utt_clue, new_clue]),
+                   np.insert(g.by_clue, ends[new_clue[order]], n_old + order))
+    return _spliced(g, bank, pairs, clues, config, search, np.arange(n_old), clue_map, fresh, grouped)
 
 
 def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_sessions: np.ndarray,
@@ -638,24 +640,27 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
-             search: UttSearch | None, utt_map: np.ndarray, clue_map: np.ndarray, fresh: np.ndarray) -> MemoryGraph:
+             search: UttSearch | None, utt_map: np.ndarray, clue_map: np.ndarray, fresh: np.ndarray,
+             grouped: tuple[np.ndarray, np.ndarray] | None = None) -> MemoryGraph:
     """``assemble(bank, utt_pairs, clues, config, search)`` for ``g`` after a write, made from ``g``'s rows without
     rebuilding the matrix (no speaker nodes). ``utt_map``: each of ``g``'s utterances' new node (-1: removed; the
     kept ones come first, in their order, then the new ones); ``clue_map``: each of ``g``'s clues' new clue (read
     only for the rows copied); ``fresh``: the utterances whose rows the write changed (every new one; the ends of
-    similarity pairs made or lost; those whose clue changed other than by its name).
+    similarity pairs made or lost; those whose clue changed other than by its name); ``grouped``: the new graph's
+    ``utt_clue`` and ``by_clue`` where the caller has them (made here when None).
 
     Fresh utterance rows come from ``_utterance_rows``, the clue rows are all made again (``_clue_rows``), and every
     other utterance row is the old one, its columns renamed (``kernels/csr_splice.py``, which also writes the
     transition's values: degrees of copied rows are kept).
     """
     n_old, n, n_c = g.n_utt, bank.n_utterances, len(clues.emb)
-    utt_clue = np.repeat(clues.labels, np.diff(bank.offset_array))
+    utt_clue, by_clue = grouped if grouped is not None else (np.repeat(clues.labels, np.diff(bank.offset_array)),
+                                                             _by_clue(bank, clues.labels))
     stays = utt_map >= 0
     old_of = np.concatenate([np.flatnonzero(stays), np.full(n - int(stays.sum()), -1)])  # new utterance -> old
     rows_f = np.flatnonzero(fresh)
     u_indptr, u_indices, u_data = _utterance_rows(g, bank, utt_pairs, config, utt_map, old_of, fresh, utt_clue)
-    c_indptr, c_indices, c_data, by_clue = _clue_rows(bank, clues, config)
+    c_indptr, c_indices, c_data = _clue_rows(bank, clues, config, by_clue)
     f_indptr = np.concatenate([u_indptr, u_indptr[-1] + c_indptr[1:]])
     f_indices, f_data = np.concatenate([u_indices, c_indices]), np.concatenate([u_data, c_data])
     degree = np.empty(n + n_c)
@@ -719,12 +724,11 @@ def _utterance_rows(g: MemoryGraph, bank: MemoryBank, utt_pairs, config: GraphCo
     return indptr, indices, data
 
 
-def _clue_rows(bank: MemoryBank, clues: ClueState, config: GraphConfig):
+def _clue_rows(bank: MemoryBank, clues: ClueState, config: GraphConfig, by_clue: np.ndarray):
     """Every clue node's row (CSR: indptr, int64 indices, float32 data, as ``assemble`` makes them): its members
-    (ascending), then its clue–clue edges; and ``by_clue``, the members of each clue in turn."""
+    (ascending; ``by_clue`` holds the members of each clue in turn), then its clue–clue edges."""
     n, n_c = bank.n_utterances, len(clues.emb)
     cc = _symmetric(*select_top(*clues.candidates, config.gamma, config.max_neighbors), n_c)
-    by_clue = _by_clue(bank, clues.labels)
     sizes = np.bincount(clues.labels, weights=np.diff(bank.offset_array), minlength=n_c).astype(np.int64)
     indptr = np.concatenate([[0], np.cumsum(sizes + np.diff(cc.indptr))])
     indices, data = np.empty(indptr[-1], np.int64), np.empty(indptr[-1], np.float32)
@@ -732,4 +736,4 @@ def _clue_rows(bank: MemoryBank, clues: ClueState, config: GraphConfig):
     indices[members], data[members] = by_clue, 1.0
     edges = np.repeat(indptr[:-1] + sizes - cc.indptr[:-1], np.diff(cc.indptr)) + np.arange(cc.nnz, dtype=np.int64)
     indices[edges], data[edges] = n + cc.indices, cc.data
-    return indptr, indices, data, by_clue
+    return indptr, indices, data

@@ -22,6 +22,8 @@ import scipy.sparse as sp
 TRAIN_PER_LIST = 64  # k-means training rows per centroid (a seeded sample of the codebook's rows)
 ITERATIONS = 10  # k-means iterations
 DOUBT = 1e-4  # a float32 gap between centroid products below this is settled in float64
+LIST_KERNEL_PRODUCTS = 1 << 21  # products up to which candidate_pairs computes them in one kernel call
+# (``kernels.pair_select.list_pairs``); above, a BLAS product per list (a build's millions of rows)
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,8 @@ def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, membe
     ``DOUBT`` of the k-th (float32 cannot order those): its ``k`` best pairs overall are among them, whatever the
     lists. This bounds the pairs in memories full of near-duplicates ("Thanks!"), where most members pass the radius.
     Only the members of probed lists, and the queries of lists with members, are sorted, so a few queries or a few
-    members (an add) cost little beyond one pass over them.
+    members (an add) cost little beyond one pass over them; their products (up to ``LIST_KERNEL_PRODUCTS``) are one
+    kernel call.
     """
     q_rows = np.repeat(queries, probe.shape[1])
     q_lists = probe[queries].ravel()
@@ -127,8 +130,10 @@ def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, membe
     q_rows, q_lists = q_rows[q_order], q_lists[q_order]
     bounds = np.searchsorted(lists, np.arange(n_lists + 1))
     q_bounds = np.searchsorted(q_lists, np.arange(n_lists + 1))
-    from .kernels.pair_select import select_pairs  # Numba loads on the first search, not on import
+    from .kernels.pair_select import list_pairs, select_pairs  # Numba loads on the first search, not on import
 
+    if int((np.diff(bounds) * np.diff(q_bounds)).sum()) <= LIST_KERNEL_PRODUCTS:  # few queries (an add, a removal)
+        return list_pairs(x, members, bounds, q_rows, q_bounds, radius, k + 1, DOUBT)
     rows, cols = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for lst in np.flatnonzero((np.diff(bounds) > 0) & (np.diff(q_bounds) > 0)):
         m = members[bounds[lst] : bounds[lst + 1]]

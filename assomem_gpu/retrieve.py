@@ -37,19 +37,15 @@ class Method(Protocol):
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Column indices of each row's ``k`` best scores, best first; ties broken by the lower index. NaN ranks last.
 
-    Rows much longer than ``k`` are partitioned first; every score tied with the k-th one is kept through the
-    partition, so the result equals a full stable sort.
+    Rows much longer than ``k`` take one pass with a list of ``k`` (``kernels.segments.row_top``), the others a
+    full stable sort; both give the same.
     """
-    scores = np.where(np.isnan(scores), -np.inf, scores)
     n = scores.shape[-1]
     if k < 1 or k >= n // 8 or scores.ndim != 2:
-        return np.argsort(-scores, axis=-1, kind="stable")[..., :k]
-    out = np.empty((len(scores), k), np.int64)
-    for r, row in enumerate(scores):
-        kth = np.partition(row, n - k)[n - k]
-        keep = np.flatnonzero(row >= kth)
-        out[r] = keep[np.argsort(-row[keep], kind="stable")[:k]]
-    return out
+        return np.argsort(-np.where(np.isnan(scores), -np.inf, scores), axis=-1, kind="stable")[..., :k]
+    from .kernels.segments import row_top  # Numba loads on the first long ranking, not on import
+
+    return row_top(scores, k)
 
 
 def by_memory(ds: Dataset, questions: Sequence[int]) -> dict[int, list[int]]:

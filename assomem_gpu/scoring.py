@@ -24,6 +24,8 @@ from .signals.context import context_scores
 from .signals.temporal import RESOLVED, TimeConstraint, parse_constraint, temporal_scores
 from .state import MemoryState
 
+CLUE_HEAD = 4  # clues a question ranks first, in multiples of top_clues (``_clue_order``)
+
 
 @dataclass(frozen=True)
 class Queries:
@@ -327,12 +329,19 @@ def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig,
 
 
 def _clue_order(score, sizes, config: AssoMemConfig, backend: Backend):
-    """Every clue, best first (B, n_clues), and how many each question takes: ``top_clues``, more until their
-    utterances (``sizes``) reach ``min_candidates``."""
+    """Each question's best clues, best first (B, W: at least as many as any question takes), and how many each
+    takes: ``top_clues``, more until their utterances (``sizes``) reach ``min_candidates``. The best
+    ``CLUE_HEAD``·``top_clues`` are ranked first (of thousands of clues); only where those hold too few utterances
+    (a filter, tiny clues) is every clue ranked."""
     xp = backend.xp
-    order = backend.top_k(score, score.shape[1])
-    enough = (xp.cumsum(xp.take_along_axis(sizes, order, axis=1), axis=1) < config.min_candidates).sum(axis=1) + 1
-    return order, xp.minimum(xp.maximum(enough, config.top_clues), score.shape[1])
+    n_clues = score.shape[1]
+    for width in dict.fromkeys((min(n_clues, CLUE_HEAD * config.top_clues), n_clues)):
+        order = backend.top_k(score, width)
+        held = xp.cumsum(xp.take_along_axis(sizes, order, axis=1), axis=1)
+        if width == n_clues or bool((held[:, -1] >= config.min_candidates).all()):
+            break
+    enough = (held < config.min_candidates).sum(axis=1) + 1
+    return order, xp.minimum(xp.maximum(enough, config.top_clues), n_clues)
 
 
 def _members(g: MemoryGraph, clues, backend: Backend):

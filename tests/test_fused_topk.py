@@ -18,11 +18,12 @@ def random_batch(rng, b, width, s, ties=False):
 
 
 def assert_same(got, want):
-    gi, gs = got
-    wi, ws = want
+    gi, gs, gm, gz = got
+    wi, ws, wm, wz = want
     assert np.array_equal(gi, wi)
-    assert np.allclose(np.where(np.isinf(gs), 0, gs), np.where(np.isinf(ws), 0, ws), rtol=1e-5, atol=1e-9)
-    assert np.array_equal(np.isinf(gs), np.isinf(ws))
+    for g, w in ((gs, ws), (gm, wm), (gz, wz)):  # the top scores, each signal's max and its sum of exponentials
+        assert np.allclose(np.where(np.isinf(g), 0, g), np.where(np.isinf(w), 0, w), rtol=1e-5, atol=1e-9)
+        assert np.array_equal(np.isinf(g), np.isinf(w))
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -44,9 +45,11 @@ def test_matches_numpy_reference(path, seed, b, width, s, k, ties):
 def test_empty_candidate_sets_and_ties(path):
     scores = np.zeros((2, 5, 2), np.float32)  # all candidates tie
     counts = np.array([0, 5])
-    idx, val = PATHS[path](scores, counts, np.full((2, 2), 0.5, np.float32), 1.0, 3)
+    idx, val, maxes, sums = PATHS[path](scores, counts, np.full((2, 2), 0.5, np.float32), 1.0, 3)
     assert idx[0].tolist() == [-1, -1, -1] and np.all(np.isneginf(val[0]))
+    assert np.all(np.isneginf(maxes[0])) and sums[0].tolist() == [0.0, 0.0]
     assert idx[1].tolist() == [0, 1, 2] and np.allclose(val[1], 0.2)
+    assert maxes[1].tolist() == [0.0, 0.0] and sums[1].tolist() == [5.0, 5.0]
 
 
 @pytest.mark.parametrize("path", PATHS)

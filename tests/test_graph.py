@@ -269,6 +269,7 @@ def assert_same_graph(a, b):
             x, y = getattr(m1, part), getattr(m2, part)
             assert x.dtype == y.dtype and np.array_equal(x, y), part
     assert np.array_equal(a.degree, b.degree) and np.array_equal(a.by_clue, b.by_clue)
+    assert np.array_equal(a.utt_clue, b.utt_clue)
     for x, y in zip(a.utt_pairs, b.utt_pairs):
         assert np.array_equal(x, y)
     assert (a.search is None) == (b.search is None)
@@ -329,6 +330,27 @@ def test_a_graph_grown_and_shrunk_equals_the_build_to_the_bit(config):
         codebook = None if g.search is None else g.search.codebook
         assert_same_graph(g, build_graph(kept, emb[rows], clue[sessions], config, codebook=codebook))
     assert split or config.delta > 0.5  # a clue that lost a session fell apart: its utterances' rows were made again
+
+
+def test_a_leader_graph_grown_by_several_sessions_at_once_equals_the_build_to_the_bit():
+    """An add of several sessions, some joining old clues and some the clues that earlier sessions of the same add
+    lead: each new utterance joins its clue's group in ``by_clue`` (no clue merges: nothing is renumbered)."""
+    from assomem_gpu.graph import grow_graph
+
+    per, n = 3, 40
+    emb, bank = clustered(n, per, seed=6)
+    clue = arc(n, 1)
+    config = GraphConfig(delta=0.97, gamma=0.6, max_neighbors=3, clue_merge="leaders")
+    g = build_graph(bank(4), emb[: 4 * per], clue[:4], config)
+    interleaved = False
+    for lo, hi in ((4, 11), (11, 25), (25, 40)):
+        before = g.n_clues
+        g = grow_graph(g, bank(hi), emb[: hi * per], clue[:hi], config)
+        assert_same_graph(g, build_graph(bank(hi), emb[: hi * per], clue[:hi], config))
+        added = g.clues.labels[lo:hi]
+        new_clue = added >= before
+        interleaved |= bool((np.diff(added[new_clue]) < 0).any() or (~new_clue).any() and new_clue.any())
+    assert interleaved
 
 
 def test_a_leader_graph_shrunk_equals_the_build_to_the_bit():
@@ -439,6 +461,16 @@ def test_reach_finds_the_nodes_within_so_many_hops():
     assert g.reach(np.array([0]), 2).tolist() == [0, 1, 2]
     assert g.reach(np.array([0, 5]), 1).tolist() == [0, 1, 4, 5]
     assert g.reach(np.array([2]), 10).tolist() == list(range(6))
+    rng = np.random.default_rng(3)
+    adj = sp.random(300, 300, density=0.01, random_state=4, format="csr", dtype=np.float32)
+    g = MemoryGraph(np.zeros(300, np.int64), np.zeros((0, 2), np.float32), (adj + adj.T).tocsr())
+    for hops in range(4):  # against boolean products: a node is reached within h hops iff (I + A)^h says so
+        seeds = rng.choice(300, size=5, replace=False)
+        x = np.zeros(300, bool)
+        x[seeds] = True
+        for _ in range(hops):
+            x |= (g.adjacency @ x.astype(np.float32)) != 0
+        assert g.reach(seeds, hops).tolist() == np.flatnonzero(x).tolist()
 
 
 @pytest.mark.parametrize("hops", [1, 2, 3])
@@ -467,6 +499,31 @@ def test_local_importance_equals_that_many_iterations_over_the_whole_graph(hops)
     for b in range(3):
         assert np.allclose(local[b, valid[b]], whole[at[b, valid[b]], b], rtol=1e-5, atol=0)
     assert len(g.reach(at[0], 1)) < g.n_nodes  # a neighbourhood is a part of the graph
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+def test_clue_order_takes_what_ranking_every_clue_takes(filtered):
+    """The clues a question takes are the same whether its best few clues are ranked first or every clue is: with
+    clues large enough, and where a filter (clues of no allowed utterance score -inf, size 0) leaves too few."""
+    from assomem_gpu.backend import get_backend
+    from assomem_gpu.config import AssoMemConfig
+    from assomem_gpu.scoring import _clue_order
+
+    rng = np.random.default_rng(7)
+    config = AssoMemConfig(top_clues=3, min_candidates=100)
+    score = rng.normal(size=(6, 500))
+    score[:, 10:20] = score[:, :1]  # ties: the lower clue first
+    sizes = np.broadcast_to(rng.integers(10, 30, size=500), score.shape).copy()
+    if filtered:
+        off = rng.random(score.shape) < 0.99
+        score[off], sizes[off] = -np.inf, 0
+    order, take = _clue_order(score, sizes, config, get_backend("cpu"))
+    full = np.argsort(-score, axis=1, kind="stable")
+    held = np.cumsum(np.take_along_axis(sizes, full, axis=1), axis=1)
+    want = np.minimum(np.maximum((held < config.min_candidates).sum(axis=1) + 1, config.top_clues), 500)
+    assert take.tolist() == want.tolist()
+    assert all(order[b, : take[b]].tolist() == full[b, : take[b]].tolist() for b in range(6))
+    assert (order.shape[1] == 500) == filtered  # ranking every clue only where the best few hold too few
 
 
 def test_probed_cosines_are_those_of_the_members_of_the_probed_lists():
@@ -543,6 +600,32 @@ def test_pair_selection_kernel_equals_partition_and_nonzero(pool, monkeypatch):
         keep = keep if trial % 10 else MAX_KEEP + keep  # past MAX_KEEP: numpy's own path
         got, want = select_pairs(sims, radius, keep, doubt), by_numpy(sims, radius, keep, doubt)
         assert all(np.array_equal(a, b) for a, b in zip(got, want)), trial
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_candidate_pairs_of_few_queries_in_one_kernel_equal_a_blas_product_per_list(pool, monkeypatch):
+    """An add's and a removal's candidate pairs (products in the kernel) are those of the build's path (a BLAS
+    product per list, then ``select_pairs``), in the same order: rows of any subset against any members, clustered
+    vectors with exact duplicates (the floor's ties)."""
+    from assomem_gpu import ivf
+    from assomem_gpu.kernels import pair_select
+
+    monkeypatch.setattr(pair_select, "PARALLEL_PRODUCTS", 1 if pool else 10**12)
+    emb, _ = clustered(120, 5, dim=48, seed=8)
+    emb[::7] = emb[1]  # near-duplicates: a list full of products tied at the floor
+    book = ivf.train(emb, 16)
+    probe = ivf.probes(book, emb, 3)
+    rng = np.random.default_rng(9)
+    for trial in range(40):
+        queries = np.sort(rng.choice(len(emb), size=int(rng.integers(1, 60)), replace=False))
+        members = np.sort(rng.choice(len(emb), size=int(rng.integers(1, len(emb))), replace=False))
+        radius, k = float(rng.uniform(-0.2, 0.8)), int(rng.integers(1, 6))
+        got = ivf.candidate_pairs(emb, probe, queries, members, radius, k)
+        monkeypatch.setattr(ivf, "LIST_KERNEL_PRODUCTS", -1)
+        want = ivf.candidate_pairs(emb, probe, queries, members, radius, k)
+        monkeypatch.undo()
+        monkeypatch.setattr(pair_select, "PARALLEL_PRODUCTS", 1 if pool else 10**12)
+        assert len(got[0]) > 0 and all(np.array_equal(a, b) for a, b in zip(got, want)), trial
 
 
 def test_rows_probing_lists_are_those_numpy_finds():

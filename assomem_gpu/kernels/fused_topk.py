@@ -3,7 +3,9 @@
 Input per question b: z-scored signals ``scores[b, :counts[b], :]`` (padded to one width), fusion weights
 ``weights[b]`` and the temperature T. Each signal becomes a softmax over the question's candidates at temperature T;
 the fused score is their weighted sum. Output: the ``k`` best candidate indices (ties: lower index first) and
-scores, ``-1`` / ``-inf`` past the question's candidate count.
+scores, ``-1`` / ``-inf`` past the question's candidate count; and each signal's softmax normaliser, its max and its
+sum of exponentials over the question's candidates, from which a candidate's share of its fused score by signal
+follows (``fusion.contributions``) without a second pass over every candidate.
 
 Both paths call the same per-candidate function (``fused_one``, compiled for each target). The CUDA kernel
 (``fused_topk_cuda.py``, apart so that a CPU process never imports ``numba.cuda``, about a second) runs one
@@ -58,7 +60,7 @@ _insert_cpu = njit(cache=True, nogil=True)(insert)
 
 
 @njit(cache=True, nogil=True)
-def _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score):
+def _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score, out_max, out_sum):
     """Question ``b``: per-signal max and sum of exponentials, then every candidate through the top-``k`` list."""
     n_signals = scores.shape[2]
     n = counts[b]
@@ -76,21 +78,24 @@ def _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_scor
     for j in range(k):
         out_score[b, j] = top_s[j]
         out_idx[b, j] = top_i[j]
+    for d in range(n_signals):
+        out_max[b, d] = maxes[d]
+        out_sum[b, d] = sums[d]
 
 
 # Two drivers, not one function compiled twice: Numba's on-disk cache keys a function by its name and line, not by
 # ``parallel``, so one function compiled both ways would load whichever variant was cached first.
 @njit(parallel=True, cache=True, nogil=True)
-def _fused_topk_parallel(scores, counts, weights, inv_t, k, out_idx, out_score):
+def _fused_topk_parallel(scores, counts, weights, inv_t, k, out_idx, out_score, out_max, out_sum):
     for b in prange(scores.shape[0]):
-        _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score)
+        _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score, out_max, out_sum)
 
 
 @njit(cache=True, nogil=True)
-def _fused_topk_serial(scores, counts, weights, inv_t, k, out_idx, out_score):
+def _fused_topk_serial(scores, counts, weights, inv_t, k, out_idx, out_score, out_max, out_sum):
     """Small batches: no thread-pool start-up per call."""
     for b in range(scores.shape[0]):
-        _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score)
+        _fused_topk_question(b, scores, counts, weights, inv_t, k, out_idx, out_score, out_max, out_sum)
 
 
 PARALLEL_FROM = 8  # questions per call from which the parallel twin pays off
@@ -112,32 +117,37 @@ def check_inputs(scores, counts, weights, temperature: float, k: int, xp=np) -> 
         raise ValueError(f"question {int(xp.argmax(bad))}: non-finite signal or weight (NaN/inf are rejected)")
 
 
-def fused_topk_cpu(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """CPU twin: (indices (B, k) int64, scores (B, k) float64)."""
+def fused_topk_cpu(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, ...]:
+    """CPU twin: indices (B, k) int64, scores (B, k) float64, and per signal its max (B, S) float64, -inf without
+    candidates, and its sum of exp((z − max) / T) (B, S) float64, 0 without candidates."""
     scores = np.ascontiguousarray(scores, dtype=np.float32)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     weights = np.ascontiguousarray(weights, dtype=np.float32)
     check_inputs(scores, counts, weights, temperature, k)
     out_idx = np.empty((len(scores), k), np.int64)
     out_score = np.empty((len(scores), k), np.float64)
-    args = (scores, counts, weights, 1.0 / temperature, k, out_idx, out_score)
+    out_max, out_sum = np.empty((len(scores), scores.shape[2])), np.empty((len(scores), scores.shape[2]))
+    args = (scores, counts, weights, 1.0 / temperature, k, out_idx, out_score, out_max, out_sum)
     if len(scores) >= PARALLEL_FROM:
         call_parallel(_fused_topk_parallel, *args)
     else:
         _fused_topk_serial(*args)
-    return out_idx, out_score
+    return out_idx, out_score, out_max, out_sum
 
 
 def fused_topk_reference(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Plain numpy, one question at a time: what both kernels must return."""
     idx = np.full((len(scores), k), -1, np.int64)
     out = np.full((len(scores), k), -np.inf)
+    maxes, sums = np.full((len(scores), scores.shape[2]), -np.inf), np.zeros((len(scores), scores.shape[2]))
     for b in range(len(scores)):
         z = np.asarray(scores[b, : counts[b]], dtype=np.float64)
         if len(z) == 0:
             continue
-        e = np.exp((z - z.max(axis=0)) / temperature)
-        fused = (e / e.sum(axis=0)) @ np.asarray(weights[b], dtype=np.float64)
+        maxes[b] = z.max(axis=0)
+        e = np.exp((z - maxes[b]) / temperature)
+        sums[b] = e.sum(axis=0)
+        fused = (e / sums[b]) @ np.asarray(weights[b], dtype=np.float64)
         order = np.lexsort((np.arange(len(fused)), -fused))[:k]
         idx[b, : len(order)], out[b, : len(order)] = order, fused[order]
-    return idx, out
+    return idx, out, maxes, sums

@@ -19,7 +19,7 @@ def _cuda_kernel():
     insert_dev = cuda.jit(device=True)(insert)
 
     @cuda.jit
-    def kernel(scores, counts, weights, inv_t, k, out_idx, out_score):
+    def kernel(scores, counts, weights, inv_t, k, out_idx, out_score, out_max, out_sum):
         b = cuda.blockIdx.x
         t = cuda.threadIdx.x
         n = counts[b]
@@ -55,6 +55,8 @@ def _cuda_kernel():
                 step //= 2
             if t == 0:
                 sums[d] = red[0]
+                out_max[b, d] = maxes[d]
+                out_sum[b, d] = red[0]
             cuda.syncthreads()
         # per-thread local top-k over a strided share of the candidates
         top_s = cuda.local.array(MAX_K, float64)
@@ -119,6 +121,8 @@ def fused_topk_cuda(scores, counts, weights, temperature: float, k: int):
         _KERNEL = _cuda_kernel()
     out_idx = xp.empty((len(scores), k), np.int64)
     out_score = xp.empty((len(scores), k), np.float64)
+    out_max, out_sum = xp.empty((len(scores), scores.shape[2])), xp.empty((len(scores), scores.shape[2]))
     if len(scores):  # numpy arrays are copied to the device and back by Numba; CuPy arrays are used in place
-        _KERNEL[len(scores), THREADS](scores, counts, weights, 1.0 / temperature, k, out_idx, out_score)
-    return out_idx, out_score
+        _KERNEL[len(scores), THREADS](scores, counts, weights, 1.0 / temperature, k, out_idx, out_score, out_max,
+                                      out_sum)
+    return out_idx, out_score, out_max, out_sum

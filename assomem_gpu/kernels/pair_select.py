@@ -6,6 +6,12 @@ query, the products above ``max(radius, keep-th largest − doubt)``. With numpy
 and a ``nonzero`` over the whole block (three passes and two block-sized temporaries, more time than the GEMM);
 here each row finds its keep-th largest value in a buffer of ``keep`` and then picks its pairs, in parallel over
 rows for a large block and in this thread for a small one.
+
+``list_pairs`` does the same for a few queries (an add's new rows, the rows a removal searches again) over every
+list at once: the products are computed in the kernel, straight from the rows (no per-list gather of members and
+no Python loop over lists, which cost an add at 25,000 sessions ~10 ms for ~50k products). Its float32 products
+round differently from BLAS's; the pairs that can reach a row's neighbour list do not depend on that (a floor's
+``doubt`` and the radius's margin are far above float32 rounding, and the pairs kept are scored exactly after).
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from numba import njit, prange
 from .parallel import call_parallel, drive
 
 MAX_KEEP = 64  # above this many values per row's buffer, select_pairs partitions with numpy
+PARALLEL_PRODUCTS = 1 << 14  # products (of 384 dims) in a list_pairs call from which its lists run on the pool
 PARALLEL_VALUES = 1 << 17  # products in a block from which select_pairs runs its rows on the thread pool: an add's
 # blocks (a new row against a list's ~400 members) cost ~5 us of work and ~165 us for two parallel launches
 
@@ -129,3 +136,67 @@ def rows_probing(probe: np.ndarray, lists: np.ndarray) -> np.ndarray:
     out = np.empty(len(probe), np.bool_)
     call_parallel(_probing, np.ascontiguousarray(probe), np.ascontiguousarray(lists, np.bool_), out)
     return np.flatnonzero(out)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _dot(x, a, b):
+    s = np.float32(0.0)
+    for d in range(x.shape[1]):
+        s += x[a, d] * x[b, d]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _list_block(lst, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols, counts):
+    """List ``lst``: the products of the queries that probe it with its members, and each query's pairs above its
+    floor, written from ``starts[lst]`` (query after query, members in order)."""
+    m_lo, n_m = bounds[lst], bounds[lst + 1] - bounds[lst]
+    q_lo, n_q = q_bounds[lst], q_bounds[lst + 1] - q_bounds[lst]
+    block = np.empty((n_q, n_m), np.float32)
+    for b in range(n_m):  # member-major: each member row is read once from memory
+        r = members[m_lo + b]
+        for a in range(n_q):
+            block[a, b] = _dot(x, q_rows[q_lo + a], r)
+    at = starts[lst]
+    for a in range(n_q):
+        f = _floor(block[a], radius, keep, doubt)
+        for b in range(n_m):
+            if block[a, b] > f:
+                rows[at], cols[at] = q_rows[q_lo + a], members[m_lo + b]
+                at += 1
+    counts[lst] = at - starts[lst]
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _list_pairs_parallel(lists, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols,
+                         counts):
+    for i in prange(len(lists)):
+        _list_block(lists[i], x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols, counts)
+
+
+@njit(cache=True, nogil=True)
+def _list_pairs_serial(lists, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols,
+                       counts):
+    for i in range(len(lists)):
+        _list_block(lists[i], x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols, counts)
+
+
+def list_pairs(x: np.ndarray, members: np.ndarray, bounds: np.ndarray, q_rows: np.ndarray, q_bounds: np.ndarray,
+               radius: float, keep: int, doubt: float) -> tuple[np.ndarray, np.ndarray]:
+    """(query row, member row) int64 pairs: for each list ``l`` (its members ``members[bounds[l]:bounds[l + 1]]``,
+    the queries that probe it ``q_rows[q_bounds[l]:q_bounds[l + 1]]``), each query's members whose product with it
+    (float32) is above ``select_pairs``'s floor. List by list, each list's queries in order, members in order: what
+    ``select_pairs`` gives for each list's block of products. ``keep`` >= 1."""
+    x = np.ascontiguousarray(x, np.float32)
+    products = np.diff(bounds) * np.diff(q_bounds)
+    lists = np.flatnonzero(products > 0)
+    starts = np.concatenate([[0], np.cumsum(products)]).astype(np.int64)  # room for every product of a list
+    rows, cols = np.empty(int(starts[-1]), np.int64), np.empty(int(starts[-1]), np.int64)
+    counts = np.zeros(len(products), np.int64)
+    drive(_list_pairs_parallel, _list_pairs_serial, int(starts[-1]) >= PARALLEL_PRODUCTS, lists, x,
+          np.asarray(members, np.int64), np.asarray(bounds, np.int64), np.asarray(q_rows, np.int64),
+          np.asarray(q_bounds, np.int64), np.float32(radius), keep, np.float32(doubt), starts[:-1], rows, cols,
+          counts)
+    lo, n = starts[lists], counts[lists]  # each list's pairs, one after the other
+    at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
+    return rows[at], cols[at]

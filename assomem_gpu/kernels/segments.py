@@ -7,6 +7,8 @@ cache keys a function by its name and line, not by ``parallel``.
 
 ``segment_max``: the maximum of each run of gathered columns (a clue's best utterance), numpy's
 ``maximum.reduceat(values[:, columns], starts, axis=1)`` without the (B, n) copy the gather makes (8.2 -> 2.7 ms).
+``row_top``: each row's ``k`` best entries of a dense matrix (a question's most similar utterances, its best clues)
+in one pass and a list of ``k``, where numpy's partition of every row took 17 ms for 256 rows of 8,000.
 ``sparse_row_top``: each row's ``n`` best entries of a CSR matrix (a question's best texts by BM25), where a sort of
 every nonzero took ~10 ms.
 ``row_matches``: the nonzeros of CSR rows whose column is among their question's sorted keys (a candidate's terms
@@ -65,6 +67,40 @@ def segment_max(values: np.ndarray, columns: np.ndarray, starts: np.ndarray) -> 
     if len(starts):
         _drive(_segment_max_parallel, _segment_max_serial, len(values), values, np.asarray(columns, np.int64),
                np.asarray(starts, np.int64), out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _dense_top_row(r, scores, out):
+    k = out.shape[1]
+    top_s = np.full(k, -np.inf)
+    top_i = np.full(k, scores.shape[1], np.int64)  # past every column: -inf entries still fill the list, in order
+    for j in range(scores.shape[1]):
+        v = scores[r, j]
+        _insert_cpu(top_s, top_i, k, v if v == v else -np.inf, j)  # NaN ranks as -inf
+    for j in range(k):
+        out[r, j] = top_i[j]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _row_top_parallel(scores, out):
+    for r in prange(out.shape[0]):
+        _dense_top_row(r, scores, out)
+
+
+@njit(cache=True, nogil=True)
+def _row_top_serial(scores, out):
+    for r in range(out.shape[0]):
+        _dense_top_row(r, scores, out)
+
+
+def row_top(scores: np.ndarray, k: int) -> np.ndarray:
+    """(rows, k) int64: per row of ``scores`` (rows, n) float, the columns of its ``k`` best values (k <= n), highest
+    first, ties to the lower column, NaN as -inf: a full stable sort's first ``k``. Cheap for ``k`` much below n (each
+    value that enters the list costs O(k))."""
+    out = np.empty((scores.shape[0], k), np.int64)
+    if k and len(out):
+        _drive(_row_top_parallel, _row_top_serial, len(out), np.ascontiguousarray(scores), out)
     return out
 
 
