@@ -28,6 +28,7 @@ import scipy.sparse as sp
 from . import ivf
 from .ivf import Codebook
 from .memory import MemoryBank
+from .rows import Rows
 
 
 CLUE_MERGES = ("components", "leaders")
@@ -79,6 +80,7 @@ class UttSearch:
     codebook: Codebook
     probe: np.ndarray  # (n_utt, n_probe) int32, nearest list first
     lists: tuple[np.ndarray, np.ndarray] | None = None  # ``ivf.members(probe)``, made here when None
+    room: Rows | None = None  # the appendable buffer ``probe`` is the view of, where ``grown`` made it
 
     def __post_init__(self):  # made with the search, as the graph's transition is: questions only read them
         if self.lists is None:
@@ -88,12 +90,16 @@ class UttSearch:
 
     def grown(self, probe: np.ndarray) -> "UttSearch":
         """This search with rows of these probes appended: each joins the end of its list (rows ascend in a list),
-        without sorting the lists again."""
+        without sorting the lists again. The probes are appended to this search's buffer where its rows end there
+        (this search keeps its view of the rows it had), else to a copy."""
         order, bounds = self.lists
         own = probe[:, 0]
         order = np.insert(order, bounds[own + 1], len(self.probe) + np.arange(len(probe), dtype=np.int64))
         bounds = bounds + np.concatenate([[0], np.cumsum(np.bincount(own, minlength=self.codebook.n_lists))])
-        return UttSearch(self.codebook, np.concatenate([self.probe, probe]), (order, bounds))
+        room = self.room if self.room is not None and self.room.n == len(self.probe) else \
+            Rows(self.probe.shape[1:], self.probe.dtype, self.probe)
+        room.append(probe)
+        return UttSearch(self.codebook, room.view, (order, bounds), room)
 
     def kept(self, keep: np.ndarray) -> "UttSearch":
         """This search without the rows where ``keep`` is False: the lists filtered and renumbered (rows still

@@ -60,9 +60,11 @@ class MemoryBank:
 
     @property
     def offset_array(self) -> np.ndarray:
-        """``offsets`` as an int64 array (remade after sessions were added; ``remove`` and ``reindex`` remake it)."""
-        if len(self._offset_array) != len(self.offsets):
-            self._offset_array = np.asarray(self.offsets, dtype=np.int64)
+        """``offsets`` as an int64 array (extended by the sessions added since; ``remove`` and ``reindex`` remake
+        it)."""
+        held = len(self._offset_array)
+        if held != len(self.offsets):
+            self._offset_array = np.concatenate([self._offset_array, np.asarray(self.offsets[held:], np.int64)])
         return self._offset_array
 
     @property

@@ -283,17 +283,23 @@ def test_ivf_graph_grown_equals_built_across_codebook_doublings():
     from assomem_gpu.graph import grow_graph
 
     per = 5
-    emb, bank = clustered(300, per)
-    clue = centroid_embeddings(np.arange(0, 300 * per + 1, per), emb)
+    emb, bank = clustered(320, per)
+    clue = centroid_embeddings(np.arange(0, 320 * per + 1, per), emb)
     config = GraphConfig(gamma=0.6, exact_limit=200, list_size=16, n_probe=3)
     g = build_graph(bank(10), emb[: 10 * per], clue[:10], config)
     assert g.search is None  # 50 utterances: below exact_limit, all pairs compared
-    trained = []
-    for hi in (30, 41, 90, 200, 300):  # crosses 200, 400 and 800 utterances
-        g = grow_graph(g, bank(hi), emb[: hi * per], clue[:hi], config)
+    trained, grown = [], {}
+    for hi in (30, 41, 90, 200, 260, 300):  # crosses 200, 400 and 800 utterances
+        g = grown[hi] = grow_graph(g, bank(hi), emb[: hi * per], clue[:hi], config)
         assert_same_graph(g, build_graph(bank(hi), emb[: hi * per], clue[:hi], config))
         trained.append(0 if g.search is None else g.search.codebook.rows)
-    assert trained == [0, 200, 400, 800, 800]
+    assert trained == [0, 200, 400, 800, 800, 800]
+    # the 260-session graph grown again, by other sessions: the buffer its probes are a view of holds the next
+    # growth's rows already
+    rows = np.r_[: 260 * per, 300 * per : 320 * per]
+    branch = grow_graph(grown[260], bank(280), emb[rows], clue[np.r_[:260, 300:320]], config)
+    assert_same_graph(branch, build_graph(bank(280), emb[rows], clue[np.r_[:260, 300:320]], config))
+    assert_same_graph(grown[300], build_graph(bank(300), emb[: 300 * per], clue[:300], config))
 
 
 @pytest.mark.parametrize("config", [GraphConfig(gamma=0.6, delta=0.8),

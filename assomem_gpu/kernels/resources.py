@@ -108,7 +108,7 @@ def fused_topk_ptx(target: str) -> str:
     try:
         kernel = fused_topk_cuda._cuda_kernel()  # fresh dispatchers: nothing compiled for another target is reused
         signature = (types.float32[:, :, ::1], types.int64[::1], types.float32[:, ::1], types.float64, types.int64,
-                     types.int64[:, ::1], types.float64[:, ::1])
+                     types.int64[:, ::1], types.float64[:, ::1], types.float64[:, ::1], types.float64[:, ::1])
         ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=cc)
     finally:
         dispatcher.get_current_device = real
