@@ -245,7 +245,7 @@ def numba_cuda_reason() -> str | None:
 
         args = (np.array([[[0.5], [2.0], [1.0]]], np.float32), np.array([3]), np.ones((1, 1), np.float32), 1.0, 2)
         got, want = fused_topk_cuda(*args), fused_topk_cpu(*args)
-        if not (np.array_equal(got[0], want[0]) and np.allclose(got[1], want[1])):
+        if not (np.array_equal(got[0], want[0]) and all(np.allclose(g, w) for g, w in zip(got[1:], want[1:]))):
             return "the Numba CUDA fused top-K disagrees with its CPU twin on a tiny input"
     except Exception as exc:
         return f"the Numba CUDA kernel does not compile or run ({exc.__class__.__name__}: {exc})"

@@ -277,8 +277,8 @@ def fuse(feats: Sequence, q_emb: np.ndarray, model: FusionModel, temperature: fl
 
 
 def contributions(z, valid, weights, maxes, sums, temperature: float, xp=np):
-    """Each signal's share of eq. 4 for the candidates ``z`` (B, K, n_signals): w_d · exp((z_cd − max_d) / T) / sum_d,
-    with each signal's max and sum of exponentials over the question's candidates (``fused_topk``'s); (B, K,
+    """Each signal's share of eq. 4 for the candidates ``z`` (B, K, n_signals): w_d · exp((z_cd − max_d) / T) /
+    sum_d, with each signal's max and sum of exponentials over the question's candidates (``fused_topk``'s); (B, K,
     n_signals), summing over signals to the fused scores (0 where ``valid`` (B, K) is False)."""
     e = xp.exp((z - xp.where(maxes > -np.inf, maxes, 0.0)[:, None, :]) / temperature)
     part = weights[:, None, :] * e / xp.maximum(sums, 1e-300)[:, None, :]

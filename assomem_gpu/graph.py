@@ -96,8 +96,9 @@ class UttSearch:
         own = probe[:, 0]
         order = np.insert(order, bounds[own + 1], len(self.probe) + np.arange(len(probe), dtype=np.int64))
         bounds = bounds + np.concatenate([[0], np.cumsum(np.bincount(own, minlength=self.codebook.n_lists))])
-        room = self.room if self.room is not None and self.room.n == len(self.probe) else \
-            Rows(self.probe.shape[1:], self.probe.dtype, self.probe)
+        room = self.room
+        if room is None or room.n != len(self.probe) or not np.may_share_memory(room.view, self.probe):
+            room = Rows(self.probe.shape[1:], self.probe.dtype, self.probe)
         room.append(probe)
         return UttSearch(self.codebook, room.view, (order, bounds), room)
 

@@ -132,7 +132,7 @@ def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, membe
     q_bounds = np.searchsorted(q_lists, np.arange(n_lists + 1))
     from .kernels.pair_select import list_pairs, select_pairs  # Numba loads on the first search, not on import
 
-    if int((np.diff(bounds) * np.diff(q_bounds)).sum()) <= LIST_KERNEL_PRODUCTS:  # few queries (an add, a removal)
+    if int((np.diff(bounds) * np.diff(q_bounds)).sum()) <= LIST_KERNEL_PRODUCTS:  # few products (an add, a small build)
         return list_pairs(x, members, bounds, q_rows, q_bounds, radius, k + 1, DOUBT)
     rows, cols = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for lst in np.flatnonzero((np.diff(bounds) > 0) & (np.diff(q_bounds) > 0)):

@@ -60,11 +60,13 @@ class MemoryBank:
 
     @property
     def offset_array(self) -> np.ndarray:
-        """``offsets`` as an int64 array (extended by the sessions added since; ``remove`` and ``reindex`` remake
-        it)."""
+        """``offsets`` as an int64 array (extended by the sessions added since, else remade where its length
+        differs; ``remove`` and ``reindex`` remake it)."""
         held = len(self._offset_array)
-        if held != len(self.offsets):
+        if held < len(self.offsets):
             self._offset_array = np.concatenate([self._offset_array, np.asarray(self.offsets[held:], np.int64)])
+        elif held > len(self.offsets):
+            self._offset_array = np.asarray(self.offsets, np.int64)
         return self._offset_array
 
     @property

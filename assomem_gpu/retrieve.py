@@ -34,18 +34,30 @@ class Method(Protocol):
     def rank(self, data: EmbeddedDataset, questions: Sequence[int], depth: int) -> list[np.ndarray]: ...
 
 
+ROW_TOP_MAX_K = 64  # up to this k a long row's top takes one pass with a list of k (each entry into it costs O(k))
+
+
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Column indices of each row's ``k`` best scores, best first; ties broken by the lower index. NaN ranks last.
 
-    Rows much longer than ``k`` take one pass with a list of ``k`` (``kernels.segments.row_top``), the others a
-    full stable sort; both give the same.
+    Rows much longer than ``k`` take one pass with a list of ``k`` (``kernels.segments.row_top``, up to
+    ``ROW_TOP_MAX_K``) or are partitioned first, keeping every score tied with the k-th one; the others are sorted in
+    full. All give what a full stable sort gives.
     """
     n = scores.shape[-1]
     if k < 1 or k >= n // 8 or scores.ndim != 2:
         return np.argsort(-np.where(np.isnan(scores), -np.inf, scores), axis=-1, kind="stable")[..., :k]
-    from .kernels.segments import row_top  # Numba loads on the first long ranking, not on import
+    if k <= ROW_TOP_MAX_K:
+        from .kernels.segments import row_top  # Numba loads on the first long ranking, not on import
 
-    return row_top(scores, k)
+        return row_top(scores, k)
+    scores = np.where(np.isnan(scores), -np.inf, scores)
+    out = np.empty((len(scores), k), np.int64)
+    for r, row in enumerate(scores):
+        kth = np.partition(row, n - k)[n - k]
+        keep = np.flatnonzero(row >= kth)
+        out[r] = keep[np.argsort(-row[keep], kind="stable")[:k]]
+    return out
 
 
 def by_memory(ds: Dataset, questions: Sequence[int]) -> dict[int, list[int]]:

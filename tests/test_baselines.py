@@ -50,12 +50,24 @@ def test_bm25_prefers_term_overlap(meetingqa_file):
     assert first_ids(data, rankings[1]) == ["m2_001"]  # "Flux reduce"
 
 
-def test_top_k_partition_path_equals_full_sort():
+@pytest.mark.parametrize("rows", [3, 16])  # 16: the row kernel's rows on the thread pool
+def test_top_k_of_long_rows_equals_full_sort(rows):
+    """Both long-row paths (the row kernel up to ROW_TOP_MAX_K, the partition above) against a full stable sort: many
+    exact ties around the cut, NaN (last), -inf and +inf."""
+    from assomem_gpu.retrieve import ROW_TOP_MAX_K
+
     rng = np.random.default_rng(0)
-    scores = rng.integers(0, 5, size=(3, 400)).astype(np.float32)  # many exact ties around the cut
-    full = np.argsort(-scores, axis=1, kind="stable")
-    for k in (1, 7, 20):
-        assert np.array_equal(top_k(scores, k), full[:, :k])
+    for dtype in (np.float32, np.float64):
+        scores = rng.integers(0, 5, size=(rows, 1200)).astype(dtype)
+        scores[rng.random(scores.shape) < 0.05] = np.nan
+        scores[rng.random(scores.shape) < 0.05] = -np.inf
+        scores[rng.random(scores.shape) < 0.01] = np.inf
+        full = np.argsort(-np.where(np.isnan(scores), -np.inf, scores), axis=1, kind="stable")
+        for k in (1, 7, 20, ROW_TOP_MAX_K, ROW_TOP_MAX_K + 1, 140):
+            assert np.array_equal(top_k(scores, k), full[:, :k]), (dtype, k)
+    all_low = np.full((rows, 900), -np.inf)  # fewer finite scores than k: the -inf ones fill in, lowest column first
+    all_low[:, 5] = 1.0
+    assert top_k(all_low, 4).tolist() == [[5, 0, 1, 2]] * rows
 
 
 def test_top_k_tie_break_and_nan():

@@ -135,7 +135,7 @@ def fused_topk_cpu(scores, counts, weights, temperature: float, k: int) -> tuple
     return out_idx, out_score, out_max, out_sum
 
 
-def fused_topk_reference(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+def fused_topk_reference(scores, counts, weights, temperature: float, k: int) -> tuple[np.ndarray, ...]:
     """Plain numpy, one question at a time: what both kernels must return."""
     idx = np.full((len(scores), k), -1, np.int64)
     out = np.full((len(scores), k), -np.inf)

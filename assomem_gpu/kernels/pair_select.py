@@ -7,9 +7,10 @@ and a ``nonzero`` over the whole block (three passes and two block-sized tempora
 here each row finds its keep-th largest value in a buffer of ``keep`` and then picks its pairs, in parallel over
 rows for a large block and in this thread for a small one.
 
-``list_pairs`` does the same for a few queries (an add's new rows, the rows a removal searches again) over every
-list at once: the products are computed in the kernel, straight from the rows (no per-list gather of members and
-no Python loop over lists, which cost an add at 25,000 sessions ~10 ms for ~50k products). Its float32 products
+``list_pairs`` does the same over every list at once where the products are few (up to
+``ivf.LIST_KERNEL_PRODUCTS``: an add's new rows, the rows a removal searches again, a small memory's build): the
+products are computed in the kernel, straight from the rows (no per-list gather of members and no Python loop over
+lists, which cost an add at 25,000 sessions ~10 ms for ~50k products). Its float32 products
 round differently from BLAS's; the pairs that can reach a row's neighbour list do not depend on that (a floor's
 ``doubt`` and the radius's margin are far above float32 rounding, and the pairs kept are scored exactly after).
 """
