@@ -38,6 +38,13 @@ def test_leader_merge_does_not_chain():
     assert merge_clues(emb, 0.85, "leaders").tolist() == [0, 0, 1, 2, 0]
     with pytest.raises(ValueError, match="clue_merge"):
         GraphConfig(clue_merge="chains")
+    emb = arc(300, 3)  # the definition, session by session, against the kernel
+    labels, leaders = [], []
+    for s in range(len(emb)):
+        near = [t for t in leaders if np.round(float(emb[t].astype(np.float64) @ emb[s].astype(np.float64)), 6) > 0.98]
+        labels.append(labels[near[0]] if near else len(leaders))
+        leaders += [] if near else [s]
+    assert merge_clues(emb, 0.98, "leaders").tolist() == labels and len(leaders) > 5
 
 
 def arc(n: int, seed: int) -> np.ndarray:
