@@ -615,6 +615,30 @@ def test_pair_selection_kernel_equals_partition_and_nonzero(pool, monkeypatch):
         assert all(np.array_equal(a, b) for a, b in zip(got, want)), trial
 
 
+@pytest.mark.parametrize("probed", [False, True])
+def test_dense_top_is_each_questions_best_rows_padded_where_a_filter_leaves_fewer(probed):
+    """The dense pool: each question's most similar rows (ties to the lower row), -1 past the rows a filter (-inf)
+    or its probes leave it: here 5 rows, none, and (probed) 800 members of 900 columns."""
+    from assomem_gpu.backend import get_backend
+    from assomem_gpu.scoring import Relevance, dense_top
+
+    rng = np.random.default_rng(11)
+    values = rng.uniform(-1, 1, size=(4, 900)).astype(np.float32)
+    values[:, 100:110] = values[:, :1]  # ties
+    values[1, 5:] = -np.inf  # a filter leaves question 1 five rows, fewer than the pool
+    values[2] = -np.inf  # and question 2 none
+    rows = None
+    if probed:  # each question's probed members (rows of a larger memory) ascending, -1 past them
+        rows = np.stack([np.sort(rng.permutation(5000)[:900]) for _ in range(4)])
+        rows[3, 800:], values[3, 800:] = -1, -np.inf
+    got = dense_top(Relevance(get_backend("cpu"), None, None, values, rows, None), 50, get_backend("cpu"))
+    for b in range(4):
+        order = np.argsort(-values[b], kind="stable")[:50]
+        ids = order if rows is None else rows[b, order]
+        assert got[b].tolist() == np.where(values[b, order] > -np.inf, ids, -1).tolist()
+    assert (got[1] >= 0).sum() == 5 and (got[2] < 0).all()
+
+
 @pytest.mark.parametrize("pool", [False, True])
 def test_candidate_pairs_of_few_queries_in_one_kernel_equal_a_blas_product_per_list(pool, monkeypatch):
     """An add's and a removal's candidate pairs (products in the kernel) are those of the build's path (a BLAS
