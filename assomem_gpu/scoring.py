@@ -335,7 +335,7 @@ def _clue_order(score, sizes, config: AssoMemConfig, backend: Backend):
     (a filter, tiny clues) is every clue ranked."""
     xp = backend.xp
     n_clues = score.shape[1]
-    for width in dict.fromkeys((min(n_clues, CLUE_HEAD * config.top_clues), n_clues)):
+    for width in (min(n_clues, CLUE_HEAD * config.top_clues), n_clues):  # the second only where the first falls short
         order = backend.top_k(score, width)
         held = xp.cumsum(xp.take_along_axis(sizes, order, axis=1), axis=1)
         if width == n_clues or bool((held[:, -1] >= config.min_candidates).all()):

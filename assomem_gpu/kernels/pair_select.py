@@ -148,7 +148,7 @@ def _dot(x, a, b):
 
 
 @njit(cache=True, nogil=True)
-def _list_block(lst, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols, counts):
+def _list_block(lst, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols):
     """List ``lst``: the products of the queries that probe it with its members, and each query's pairs above its
     floor, written from ``starts[lst]`` (query after query, members in order)."""
     m_lo, n_m = bounds[lst], bounds[lst + 1] - bounds[lst]
@@ -165,21 +165,18 @@ def _list_block(lst, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, 
             if block[a, b] > f:
                 rows[at], cols[at] = q_rows[q_lo + a], members[m_lo + b]
                 at += 1
-    counts[lst] = at - starts[lst]
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _list_pairs_parallel(lists, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols,
-                         counts):
+def _list_pairs_parallel(lists, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols):
     for i in prange(len(lists)):
-        _list_block(lists[i], x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols, counts)
+        _list_block(lists[i], x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols)
 
 
 @njit(cache=True, nogil=True)
-def _list_pairs_serial(lists, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols,
-                       counts):
+def _list_pairs_serial(lists, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols):
     for i in range(len(lists)):
-        _list_block(lists[i], x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols, counts)
+        _list_block(lists[i], x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols)
 
 
 def list_pairs(x: np.ndarray, members: np.ndarray, bounds: np.ndarray, q_rows: np.ndarray, q_bounds: np.ndarray,
@@ -192,12 +189,9 @@ def list_pairs(x: np.ndarray, members: np.ndarray, bounds: np.ndarray, q_rows: n
     products = np.diff(bounds) * np.diff(q_bounds)
     lists = np.flatnonzero(products > 0)
     starts = np.concatenate([[0], np.cumsum(products)]).astype(np.int64)  # room for every product of a list
-    rows, cols = np.empty(int(starts[-1]), np.int64), np.empty(int(starts[-1]), np.int64)
-    counts = np.zeros(len(products), np.int64)
+    rows, cols = np.full(int(starts[-1]), -1, np.int64), np.empty(int(starts[-1]), np.int64)  # -1: room not used
     drive(_list_pairs_parallel, _list_pairs_serial, int(starts[-1]) >= PARALLEL_PRODUCTS, lists, x,
           np.asarray(members, np.int64), np.asarray(bounds, np.int64), np.asarray(q_rows, np.int64),
-          np.asarray(q_bounds, np.int64), np.float32(radius), keep, np.float32(doubt), starts[:-1], rows, cols,
-          counts)
-    lo, n = starts[lists], counts[lists]  # each list's pairs, one after the other
-    at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()), dtype=np.int64)
-    return rows[at], cols[at]
+          np.asarray(q_bounds, np.int64), np.float32(radius), keep, np.float32(doubt), starts[:-1], rows, cols)
+    used = rows >= 0  # each list's pairs, one list after the other
+    return rows[used], cols[used]
