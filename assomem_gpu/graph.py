@@ -69,6 +69,8 @@ class ClueState:
     labels: np.ndarray  # clue of each memory session (int64)
     emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
     candidates: tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, cosine) clue pairs above γ
+    leader_emb: Rows | None = None  # leaders: each clue's first session's embedding, in clue order (made and appended
+    # to by grow_clue_state, which compares a new session with them)
 
 
 @dataclass(frozen=True)
@@ -325,9 +327,12 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
     # leaders: each clue's first session, where the labels first reach a clue (clues are numbered by their first
     # session; an add never merges leader clues, so a new clue's is appended); a session is compared to them alone
     leader = np.flatnonzero(np.diff(np.maximum.accumulate(labels), prepend=-1) > 0) if leaders else None
+    room = state.leader_emb  # appended to where its rows end with this state's (as ``UttSearch.grown``), else made
+    if leaders and (room is None or room.n != len(leader)):
+        room = Rows(session_emb.shape[1:], np.float32, session_emb[leader])
     for s in range(len(labels), len(session_emb)):
         if leaders:
-            near = leader[session_emb[leader] @ session_emb[s] > config.delta - 1e-4]
+            near = leader[room.view @ session_emb[s] > config.delta - 1e-4]
         else:
             near = np.flatnonzero(session_emb[:s] @ session_emb[s] > config.delta - 1e-4)
         sims = np.round(exact_cosines(session_emb, near, np.full(len(near), s)), 6)  # as select_top rounds
@@ -337,7 +342,9 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
         remap = np.arange(n_c)
         if len(linked) == 0:
             target, stale = n_c, np.zeros(0, np.int64)
-            leader = np.append(leader, s) if leaders else None
+            if leaders:
+                leader = np.append(leader, s)
+                room.append(session_emb[s : s + 1])
             emb = np.concatenate([emb, np.zeros((1, emb.shape[1]), np.float32)])
         else:
             target, removed = int(linked[0]), linked[1:]
@@ -356,7 +363,7 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
         ci = np.concatenate([remap[ci[keep]], mine, others])
         cj = np.concatenate([remap[cj[keep]], others, mine])
         cs = np.concatenate([cs[keep], sims, sims])
-    return ClueState(labels, emb, (ci, cj, cs))
+    return ClueState(labels, emb, (ci, cj, cs), room)
 
 
 def build_graph(bank: MemoryBank, utt_emb: np.ndarray, session_clue_emb: np.ndarray, config: GraphConfig,
@@ -442,7 +449,7 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
     n_sessions = len(g.clues.labels)
     clue_map = np.empty(g.n_clues, np.int64)
     clue_map[g.clues.labels] = clues.labels[:n_sessions]
-    grouped = None
+    grouped = touched = None
     if np.array_equal(clue_map, np.arange(g.n_clues)):  # no clue merged (leaders never merge): each new utterance
         # joins the end of its clue's group, clue by clue (new clues after the old ones), rows ascending in each
         new_clue = np.repeat(clues.labels[n_sessions:], np.diff(bank.offset_array)[n_sessions:])
@@ -450,7 +457,12 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
         ends = np.concatenate([np.cumsum(g.clue_sizes), np.full(len(clues.emb) - g.n_clues, n_old)])
         grouped = (np.concatenate([g.utt_clue, new_clue]),
                    np.insert(g.by_clue, ends[new_clue[order]], n_old + order))
-    return _spliced(g, bank, pairs, clues, config, search, np.arange(n_old), clue_map, fresh, grouped)
+        # the clues the new sessions joined or started (their members, embeddings and pairs changed) and every clue
+        # they had or have a candidate pair with: no other clue's candidates changed
+        joined = np.unique(clues.labels[n_sessions:])
+        touched = np.unique(np.concatenate([joined] + [j[np.isin(i, joined)] for i, j, _ in (g.clues.candidates,
+                                                                                            clues.candidates)]))
+    return _spliced(g, bank, pairs, clues, config, search, None, clue_map, fresh, grouped, touched)
 
 
 def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_sessions: np.ndarray,
@@ -647,46 +659,58 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
-             search: UttSearch | None, utt_map: np.ndarray, clue_map: np.ndarray, fresh: np.ndarray,
-             grouped: tuple[np.ndarray, np.ndarray] | None = None) -> MemoryGraph:
+             search: UttSearch | None, utt_map: np.ndarray | None, clue_map: np.ndarray, fresh: np.ndarray,
+             grouped: tuple[np.ndarray, np.ndarray] | None = None, touched: np.ndarray | None = None) -> MemoryGraph:
     """``assemble(bank, utt_pairs, clues, config, search)`` for ``g`` after a write, made from ``g``'s rows without
     rebuilding the matrix (no speaker nodes). ``utt_map``: each of ``g``'s utterances' new node (-1: removed; the
-    kept ones come first, in their order, then the new ones); ``clue_map``: each of ``g``'s clues' new clue (read
-    only for the rows copied); ``fresh``: the utterances whose rows the write changed (every new one; the ends of
-    similarity pairs made or lost; those whose clue changed other than by its name); ``grouped``: the new graph's
-    ``utt_clue`` and ``by_clue`` where the caller has them (made here when None).
+    kept ones come first, in their order, then the new ones; None: an add, each old utterance keeps its node);
+    ``clue_map``: each of ``g``'s clues' new clue (read only for the rows copied); ``fresh``: the utterances whose
+    rows the write changed (every new one; the ends of similarity pairs made or lost; those whose clue changed other
+    than by its name); ``grouped``: the new graph's ``utt_clue`` and ``by_clue`` where the caller has them (made here
+    when None); ``touched``: where no clue was renumbered (``clue_map`` the identity), the clues (int64) whose
+    members, embedding or candidate pairs changed (None: every clue row is made again).
 
-    Fresh utterance rows come from ``_utterance_rows``, the clue rows are all made again (``_clue_rows``), and every
-    other utterance row is the old one, its columns renamed (``kernels/csr_splice.py``, which also writes the
-    transition's values: degrees of copied rows are kept).
+    Fresh utterance rows come from ``_utterance_rows``, fresh clue rows (the touched ones and their clue–clue
+    neighbours before and after) from ``_clue_rows``, and every other row is the old one, its columns renamed
+    (``kernels/csr_splice.py``, which also writes the transition's values: degrees of copied rows are kept).
     """
     n_old, n, n_c = g.n_utt, bank.n_utterances, len(clues.emb)
     utt_clue, by_clue = grouped if grouped is not None else (np.repeat(clues.labels, np.diff(bank.offset_array)),
                                                              _by_clue(bank, clues.labels))
-    stays = utt_map >= 0
-    old_of = np.concatenate([np.flatnonzero(stays), np.full(n - int(stays.sum()), -1)])  # new utterance -> old
+    if utt_map is None:  # an add: no pass over a mask of the old utterances
+        utt_map = kept = np.arange(n_old)
+        kept_degree, same = g.degree[:n_old], n_old  # the first node renumbered: the first clue
+    else:
+        kept = np.flatnonzero(utt_map >= 0)
+        kept_degree, same = g.degree[kept], None
+    old_of = np.concatenate([kept, np.full(n - len(kept), -1)])  # new utterance -> old
     rows_f = np.flatnonzero(fresh)
     u_indptr, u_indices, u_data = _utterance_rows(g, bank, utt_pairs, config, utt_map, old_of, fresh, utt_clue)
-    c_indptr, c_indices, c_data = _clue_rows(bank, clues, config, by_clue)
+    clue_edges = _symmetric(*select_top(*clues.candidates, config.gamma, config.max_neighbors), n_c)
+    clues_f = np.arange(n_c) if touched is None else _changed_clues(g, clue_edges, touched)
+    c_indptr, c_indices, c_data = _clue_rows(bank, clues, clue_edges, by_clue, clues_f)
     f_indptr = np.concatenate([u_indptr, u_indptr[-1] + c_indptr[1:]])
     f_indices, f_data = np.concatenate([u_indices, c_indices]), np.concatenate([u_data, c_data])
     degree = np.empty(n + n_c)
-    degree[:n] = np.concatenate([g.degree[:n_old][stays], np.zeros(n - int(stays.sum()))])
+    degree[:n] = np.concatenate([kept_degree, np.zeros(n - len(kept))])
+    if touched is not None:  # no clue renumbered: the clues not fresh keep their degree
+        degree[n : n + g.n_clues] = g.degree[n_old:]
     fresh_degree = _row_sums(f_indptr, f_data)
-    degree[rows_f], degree[n:] = fresh_degree[: len(rows_f)], fresh_degree[len(rows_f) :]
+    degree[rows_f], degree[n + clues_f] = fresh_degree[: len(rows_f)], fresh_degree[len(rows_f) :]
     if (degree == 0).any():  # a lonely node keeps its mass through a self-loop: the full build makes that
         return assemble(bank, utt_pairs, clues, config, search)
-    source = np.concatenate([old_of, np.zeros(n_c, np.int64)])  # utterances not fresh: their old rows
+    source = np.concatenate([old_of, n_old + np.arange(n_c)])  # rows not fresh: their old rows
     source[rows_f] = -1 - np.arange(len(rows_f))
-    source[n:] = -1 - len(rows_f) - np.arange(n_c)
+    source[n + clues_f] = -1 - len(rows_f) - np.arange(len(clues_f))
     col_map = np.concatenate([utt_map, np.where(clue_map >= 0, n + clue_map, -1)])
-    moved = np.flatnonzero(col_map != np.arange(len(col_map)))
+    if same is None:
+        moved = np.flatnonzero(col_map != np.arange(len(col_map)))
+        same = int(moved[0]) if len(moved) else len(col_map)
     from .kernels.csr_splice import splice  # Numba loads on the first write, not on import
 
     adj = g.adjacency
     indptr, indices, data, scaled = splice(adj.indptr, adj.indices, adj.data, source, f_indptr, f_indices, f_data,
-                                           col_map, (1.0 / degree).astype(np.float32),
-                                           int(moved[0]) if len(moved) else len(col_map))
+                                           col_map, (1.0 / degree).astype(np.float32), same)
     shape = (n + n_c, n + n_c)
     return MemoryGraph(utt_clue, clues.emb, _csr(data, indices, indptr, shape), 0, utt_pairs, clues, search,
                        by_clue, degree, _csr(scaled, indices, indptr, shape))
@@ -731,16 +755,31 @@ def _utterance_rows(g: MemoryGraph, bank: MemoryBank, utt_pairs, config: GraphCo
     return indptr, indices, data
 
 
-def _clue_rows(bank: MemoryBank, clues: ClueState, config: GraphConfig, by_clue: np.ndarray):
-    """Every clue node's row (CSR: indptr, int64 indices, float32 data, as ``assemble`` makes them): its members
-    (ascending; ``by_clue`` holds the members of each clue in turn), then its clue–clue edges."""
+def _changed_clues(g: MemoryGraph, clue_edges: sp.csr_matrix, touched: np.ndarray) -> np.ndarray:
+    """The clue rows (int64, ascending) a write changes where no clue was renumbered, given the ``touched`` clues:
+    only a touched clue's top-k list can change, so a clue–clue edge made or lost has a touched end, and its other
+    end is among that clue's neighbours in ``g`` or in the new ``clue_edges``."""
+    adj, n_old = g.adjacency, g.n_utt
+    old = touched[touched < g.n_clues] + n_old
+    before = adj.indices[_ranges(adj.indptr[old], adj.indptr[old + 1])]
+    after = clue_edges.indices[_ranges(clue_edges.indptr[touched], clue_edges.indptr[touched + 1])]
+    return np.unique(np.concatenate([touched, before[before >= n_old] - n_old, after]))
+
+
+def _clue_rows(bank: MemoryBank, clues: ClueState, clue_edges: sp.csr_matrix, by_clue: np.ndarray,
+               which: np.ndarray):
+    """The rows of the clue nodes ``which`` (int64, ascending; CSR: indptr, int64 indices, float32 data, as
+    ``assemble`` makes them): each clue's members (ascending; ``by_clue`` holds the members of each clue in turn),
+    then its clue–clue edges (``clue_edges``: the symmetric clue–clue matrix)."""
     n, n_c = bank.n_utterances, len(clues.emb)
-    cc = _symmetric(*select_top(*clues.candidates, config.gamma, config.max_neighbors), n_c)
     sizes = np.bincount(clues.labels, weights=np.diff(bank.offset_array), minlength=n_c).astype(np.int64)
-    indptr = np.concatenate([[0], np.cumsum(sizes + np.diff(cc.indptr))])
+    starts, ends = np.cumsum(sizes) - sizes, np.cumsum(sizes)
+    counts, edge_counts = sizes[which], np.diff(clue_edges.indptr)[which]
+    indptr = np.concatenate([[0], np.cumsum(counts + edge_counts)])
     indices, data = np.empty(indptr[-1], np.int64), np.empty(indptr[-1], np.float32)
-    members = np.repeat(indptr[:-1] - (np.cumsum(sizes) - sizes), sizes) + np.arange(n, dtype=np.int64)
-    indices[members], data[members] = by_clue, 1.0
-    edges = np.repeat(indptr[:-1] + sizes - cc.indptr[:-1], np.diff(cc.indptr)) + np.arange(cc.nnz, dtype=np.int64)
-    indices[edges], data[edges] = n + cc.indices, cc.data
+    members = _ranges(indptr[:-1], indptr[:-1] + counts)
+    indices[members], data[members] = by_clue[_ranges(starts[which], ends[which])], 1.0
+    edges = _ranges(indptr[:-1] + counts, indptr[1:])
+    at = _ranges(clue_edges.indptr[which], clue_edges.indptr[which + 1])
+    indices[edges], data[edges] = n + clue_edges.indices[at], clue_edges.data[at]
     return indptr, indices, data

@@ -227,6 +227,21 @@ def test_growing_clues_session_by_session_equals_building_them():
     assert merged_any  # a bridge session did join two clues into one
 
 
+def test_leader_clues_grown_twice_from_one_state_each_equal_the_build():
+    """Growing leader clues appends a new leader's embedding to the buffer the state's leaders are a view of; a
+    second growth of the same state (another session after it) must not see the first one's leader."""
+    rng = np.random.default_rng(13)
+    emb = unit(rng.normal(size=(12, 16))).astype(np.float32)  # near-orthogonal: every session leads its own clue
+    config = GraphConfig(delta=0.8, gamma=0.5, max_neighbors=3)
+    state = grow_clue_state(clue_state(emb[:8], config), emb[:9], config)  # its leaders now live in a buffer
+    joins = np.concatenate([emb[:9], unit(emb[3:4] + 0.05 * emb[10:11])])  # near session 3: joins its clue
+    for later in (emb[:10], joins, emb[np.r_[:9, 11]]):
+        grown = grow_clue_state(state, later, config)
+        built = clue_state(later, config)
+        assert np.array_equal(grown.labels, built.labels) and np.array_equal(grown.emb, built.emb)
+    assert grown.labels[-1] == 9 and clue_state(joins, config).labels[-1] == 3
+
+
 def test_shrinking_clues_equals_building_them():
     rng = np.random.default_rng(12)
     centres = unit(rng.normal(size=(4, 12)))
@@ -310,6 +325,8 @@ def test_ivf_graph_grown_equals_built_across_codebook_doublings():
 
 
 @pytest.mark.parametrize("config", [GraphConfig(gamma=0.6, delta=0.8),
+                                    GraphConfig(gamma=0.2, delta=0.8, max_neighbors=2),  # leaders; each clue's
+                                    # top 2 of many clue pairs: a joined clue's new pairs push others' lists around
                                     GraphConfig(gamma=0.3, delta=0.5, max_neighbors=3, clue_merge="components"),
                                     GraphConfig(gamma=0.6, delta=0.5, adjacency_weight=0.0, exact_limit=100,
                                                 list_size=16, n_probe=3, clue_merge="components")])

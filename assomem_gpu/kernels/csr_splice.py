@@ -36,6 +36,18 @@ def _splice(old_indptr, old_indices, old_data, source, fresh_indptr, fresh_indic
             at += 1
 
 
+@njit(cache=True, nogil=True)
+def _row_bounds(old_indptr, source, fresh_indptr, indptr):
+    at = 0
+    for r in range(source.shape[0]):
+        s = source[r]
+        if s >= 0:
+            at += old_indptr[s + 1] - old_indptr[s]
+        else:
+            at += fresh_indptr[-s] - fresh_indptr[-s - 1]
+        indptr[r + 1] = at
+
+
 def splice(old_indptr: np.ndarray, old_indices: np.ndarray, old_data: np.ndarray, source: np.ndarray,
            fresh_indptr: np.ndarray, fresh_indices: np.ndarray, fresh_data: np.ndarray, col_map: np.ndarray,
            inv: np.ndarray, same: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -48,15 +60,13 @@ def splice(old_indptr: np.ndarray, old_indices: np.ndarray, old_data: np.ndarray
     keep their order, so a row whose renamed columns would no longer ascend (or that has a column with no new node)
     must be given fresh.
     """
-    old = source >= 0
+    source = np.ascontiguousarray(source, np.int64)
+    fresh_indptr = fresh_indptr.astype(np.int64, copy=False)
     indptr = np.zeros(len(source) + 1, np.int64)
-    indptr[1:][old] = np.diff(old_indptr)[source[old]]
-    indptr[1:][~old] = np.diff(fresh_indptr)[-source[~old] - 1]
-    np.cumsum(indptr, out=indptr)
+    _row_bounds(old_indptr, source, fresh_indptr, indptr)
     nnz = int(indptr[-1])
     indices, data, scaled = np.empty(nnz, np.int64), np.empty(nnz, np.float32), np.empty(nnz, np.float32)
-    call_parallel(_splice, old_indptr, old_indices, old_data.astype(np.float32, copy=False),
-                  np.ascontiguousarray(source, np.int64), fresh_indptr.astype(np.int64, copy=False),
+    call_parallel(_splice, old_indptr, old_indices, old_data.astype(np.float32, copy=False), source, fresh_indptr,
                   fresh_indices.astype(np.int64, copy=False), fresh_data.astype(np.float32, copy=False),
                   np.ascontiguousarray(col_map, np.int64), same, np.ascontiguousarray(inv, np.float32),
                   indptr, indices, data, scaled)

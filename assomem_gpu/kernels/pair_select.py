@@ -154,10 +154,16 @@ def _list_block(lst, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, 
     m_lo, n_m = bounds[lst], bounds[lst + 1] - bounds[lst]
     q_lo, n_q = q_bounds[lst], q_bounds[lst + 1] - q_bounds[lst]
     block = np.empty((n_q, n_m), np.float32)
-    for b in range(n_m):  # member-major: each member row is read once from memory
-        r = members[m_lo + b]
+    if n_m >= n_q:  # member-major: each member row is read once from memory, the few queries stay in cache
+        for b in range(n_m):
+            r = members[m_lo + b]
+            for a in range(n_q):
+                block[a, b] = _dot(x, q_rows[q_lo + a], r)
+    else:  # query-major (an add's old rows against its few new ones): each query row is read once
         for a in range(n_q):
-            block[a, b] = _dot(x, q_rows[q_lo + a], r)
+            q = q_rows[q_lo + a]
+            for b in range(n_m):
+                block[a, b] = _dot(x, q, members[m_lo + b])
     at = starts[lst]
     for a in range(n_q):
         f = _floor(block[a], radius, keep, doubt)
