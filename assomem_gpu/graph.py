@@ -83,26 +83,30 @@ class UttSearch:
     probe: np.ndarray  # (n_utt, n_probe) int32, nearest list first
     lists: tuple[np.ndarray, np.ndarray] | None = None  # ``ivf.members(probe)``, made here when None
     room: Rows | None = None  # the appendable buffer ``probe`` is the view of, where ``grown`` made it
+    held: tuple[np.ndarray, Codebook] | None = None  # made here when None
 
     def __post_init__(self):  # made with the search, as the graph's transition is: questions only read them
         if self.lists is None:
             object.__setattr__(self, "lists", ivf.members(self.probe, self.codebook.n_lists))
-        held = np.flatnonzero(np.diff(self.lists[1]) > 0)  # removals can empty a list: questions probe the others
-        object.__setattr__(self, "held", (held, Codebook(self.codebook.centroids[held], self.codebook.rows)))
+        if self.held is None:
+            held = np.flatnonzero(np.diff(self.lists[1]) > 0)  # removals can empty a list: questions probe the others
+            object.__setattr__(self, "held", (held, Codebook(self.codebook.centroids[held], self.codebook.rows)))
 
     def grown(self, probe: np.ndarray) -> "UttSearch":
         """This search with rows of these probes appended: each joins the end of its list (rows ascend in a list),
         without sorting the lists again. The probes are appended to this search's buffer where its rows end there
-        (this search keeps its view of the rows it had), else to a copy."""
+        (this search keeps its view of the rows it had), else to a copy. The held lists are kept where each new row
+        joins one."""
         order, bounds = self.lists
         own = probe[:, 0]
+        held = self.held if (np.diff(bounds)[own] > 0).all() else None
         order = np.insert(order, bounds[own + 1], len(self.probe) + np.arange(len(probe), dtype=np.int64))
         bounds = bounds + np.concatenate([[0], np.cumsum(np.bincount(own, minlength=self.codebook.n_lists))])
         room = self.room
         if room is None or room.n != len(self.probe) or not np.may_share_memory(room.view, self.probe):
             room = Rows(self.probe.shape[1:], self.probe.dtype, self.probe)
         room.append(probe)
-        return UttSearch(self.codebook, room.view, (order, bounds), room)
+        return UttSearch(self.codebook, room.view, (order, bounds), room, held)
 
     def kept(self, keep: np.ndarray) -> "UttSearch":
         """This search without the rows where ``keep`` is False: the lists filtered and renumbered (rows still
@@ -162,6 +166,12 @@ class MemoryGraph:
         from .kernels.reach import reach  # Numba loads on the first search, not on import
 
         return reach(self.adjacency.indptr, self.adjacency.indices, seeds, hops)
+
+    def transition_within(self, nodes: np.ndarray) -> sp.csr_matrix:
+        """``transition[nodes][:, nodes]`` for ascending ``nodes`` (int64), in one pass over their rows."""
+        from .kernels.submatrix import within  # Numba loads on the first search, not on import
+
+        return within(self.transition, nodes)
 
     def _transition(self) -> sp.csr_matrix:
         """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass: a self-loop), with

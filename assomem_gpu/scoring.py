@@ -406,7 +406,7 @@ def importance(g: MemoryGraph, cosines: Callable, mass, at, valid, config: AssoM
         else:
             n_utt = int(np.searchsorted(nodes, g.n_utt))  # utterance nodes come first
             tele = teleport(cosines(part, nodes[:n_utt]), len(nodes), xp, mass[on], g.n_utt)
-            matrix = g.transition[nodes][:, nodes]
+            matrix = g.transition_within(nodes)
             rows = xp.minimum(xp.searchsorted(backend.asarray(nodes), at[on]), len(nodes) - 1)
         r, _ = backend.ppr(backend.csr(matrix), tele, config.damping, 0.0, config.ppr_hops)
         out[on] = r[rows, xp.arange(len(part))[:, None]]

@@ -299,6 +299,8 @@ def assert_same_graph(a, b):
         assert np.array_equal(a.search.codebook.centroids, b.search.codebook.centroids)
         assert np.array_equal(a.search.probe, b.search.probe)
         assert all(np.array_equal(x, y) for x, y in zip(a.search.lists, b.search.lists))  # grown by insertion
+        assert np.array_equal(a.search.held[0], b.search.held[0])  # kept by an add only where no empty list filled
+        assert np.array_equal(a.search.held[1].centroids, b.search.held[1].centroids)
 
 
 def test_ivf_graph_grown_equals_built_across_codebook_doublings():
@@ -465,6 +467,22 @@ def test_ivf_graph_shrunk_equals_built_with_its_codebook_and_finds_most_edges():
     assert_same_graph(shrunk, build_graph(kept, emb[keep_u], clue[keep_s], config, codebook=g.search.codebook))
 
 
+def test_a_grown_search_holds_the_lists_its_rows_fill():
+    """Questions probe only the lists that have members (``UttSearch.held``): an add keeps them where its rows join
+    held lists, and holds a list that its row is the first member of."""
+    from assomem_gpu.graph import UttSearch
+    from assomem_gpu.ivf import Codebook
+
+    codebook = Codebook(unit(np.eye(3, 4)), 6)
+    search = UttSearch(codebook, np.array([[0, 1], [1, 0], [0, 2]], np.int32))
+    assert search.held[0].tolist() == [0, 1]
+    same = search.grown(np.array([[1, 2]], np.int32))
+    assert same.held is search.held
+    filled = same.grown(np.array([[2, 0]], np.int32))
+    assert filled.held[0].tolist() == [0, 1, 2]
+    assert np.array_equal(filled.held[1].centroids, UttSearch(codebook, filled.probe).held[1].centroids)
+
+
 def test_ivf_probes_do_not_depend_on_the_batch():
     from assomem_gpu import ivf
 
@@ -501,6 +519,25 @@ def test_reach_finds_the_nodes_within_so_many_hops():
         for _ in range(hops):
             x |= (g.adjacency @ x.astype(np.float32)) != 0
         assert g.reach(seeds, hops).tolist() == np.flatnonzero(x).tolist()
+
+
+def test_transition_within_nodes_is_scipys_square_part_array_by_array():
+    import scipy.sparse as sp
+
+    from assomem_gpu.graph import MemoryGraph
+
+    adj = sp.random(400, 400, density=0.02, random_state=6, format="csr", dtype=np.float32)
+    alone = sp.diags((np.arange(400) != 7).astype(np.float32))  # node 7 without edges: its row is empty
+    adj = (alone @ (adj + adj.T) @ alone).tocsr()
+    adj.eliminate_zeros()
+    g = MemoryGraph(np.zeros(400, np.int64), np.zeros((0, 2), np.float32), adj)
+    rng = np.random.default_rng(7)
+    for nodes in (np.sort(rng.choice(400, size=60, replace=False)), np.array([7, 8, 9]), np.arange(400),
+                  np.zeros(0, np.int64)):
+        part, want = g.transition_within(nodes.astype(np.int64)), g.transition[nodes][:, nodes]
+        assert part.shape == want.shape and part.nnz == want.nnz
+        for name in ("indptr", "indices", "data"):  # the order PPR sums a row in: the same
+            assert np.array_equal(getattr(part, name), getattr(want, name)), name
 
 
 @pytest.mark.parametrize("hops", [1, 2, 3])

