@@ -69,8 +69,6 @@ class ClueState:
     labels: np.ndarray  # clue of each memory session (int64)
     emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
     candidates: tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, cosine) clue pairs above γ
-    leader_emb: Rows | None = None  # leaders: each clue's first session's embedding, in clue order (made and appended
-    # to by grow_clue_state, which compares a new session with them)
 
 
 @dataclass(frozen=True)
@@ -337,12 +335,9 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
     # leaders: each clue's first session, where the labels first reach a clue (clues are numbered by their first
     # session; an add never merges leader clues, so a new clue's is appended); a session is compared to them alone
     leader = np.flatnonzero(np.diff(np.maximum.accumulate(labels), prepend=-1) > 0) if leaders else None
-    room = state.leader_emb  # appended to where its rows end with this state's (as ``UttSearch.grown``), else made
-    if leaders and (room is None or room.n != len(leader)):
-        room = Rows(session_emb.shape[1:], np.float32, session_emb[leader])
     for s in range(len(labels), len(session_emb)):
         if leaders:
-            near = leader[room.view @ session_emb[s] > config.delta - 1e-4]
+            near = leader[session_emb[leader] @ session_emb[s] > config.delta - 1e-4]
         else:
             near = np.flatnonzero(session_emb[:s] @ session_emb[s] > config.delta - 1e-4)
         sims = np.round(exact_cosines(session_emb, near, np.full(len(near), s)), 6)  # as select_top rounds
@@ -352,9 +347,7 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
         remap = np.arange(n_c)
         if len(linked) == 0:
             target, stale = n_c, np.zeros(0, np.int64)
-            if leaders:
-                leader = np.append(leader, s)
-                room.append(session_emb[s : s + 1])
+            leader = np.append(leader, s) if leaders else None
             emb = np.concatenate([emb, np.zeros((1, emb.shape[1]), np.float32)])
         else:
             target, removed = int(linked[0]), linked[1:]
@@ -373,7 +366,7 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
         ci = np.concatenate([remap[ci[keep]], mine, others])
         cj = np.concatenate([remap[cj[keep]], others, mine])
         cs = np.concatenate([cs[keep], sims, sims])
-    return ClueState(labels, emb, (ci, cj, cs), room)
+    return ClueState(labels, emb, (ci, cj, cs))
 
 
 def build_graph(bank: MemoryBank, utt_emb: np.ndarray, session_clue_emb: np.ndarray, config: GraphConfig,

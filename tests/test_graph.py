@@ -228,8 +228,8 @@ def test_growing_clues_session_by_session_equals_building_them():
 
 
 def test_leader_clues_grown_twice_from_one_state_each_equal_the_build():
-    """Growing leader clues appends a new leader's embedding to the buffer the state's leaders are a view of; a
-    second growth of the same state (another session after it) must not see the first one's leader."""
+    """A clue state is not changed by growing it: a second growth of the same state (another session after it) sees
+    neither the first one's new clue nor the clue the first one joined."""
     rng = np.random.default_rng(13)
     emb = unit(rng.normal(size=(12, 16))).astype(np.float32)  # near-orthogonal: every session leads its own clue
     config = GraphConfig(delta=0.8, gamma=0.5, max_neighbors=3)

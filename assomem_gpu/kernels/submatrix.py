@@ -3,8 +3,8 @@ column is one of them, renumbered, in their order.
 
 Local importance (``scoring.importance``) runs PPR on the transition matrix of each part's neighbourhood. scipy's
 ``m[nodes][:, nodes]`` gathers the rows into a new matrix and then selects its columns through a map it builds over
-every node (~2.5 ms for a 32,000-node neighbourhood at 25,000 sessions, 16 times for a batch of 256 questions); here
-one pass over the rows does both.
+every node (1.1 ms for a 30,669-node neighbourhood at 25,000 sessions, once for each part of a batch); here one pass
+over the rows does both (0.5 ms).
 """
 from __future__ import annotations
 
