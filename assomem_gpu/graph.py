@@ -697,7 +697,7 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
     degree = np.empty(n + n_c)
     degree[:n] = np.concatenate([kept_degree, np.zeros(n - len(kept))])
     if touched is not None:  # no clue renumbered: the clues not fresh keep their degree
-        degree[n : n + g.n_clues] = g.degree[n_old:]
+        degree[n : n + g.n_clues] = g.degree[n_old : n_old + g.n_clues]
     fresh_degree = _row_sums(f_indptr, f_data)
     degree[rows_f], degree[n + clues_f] = fresh_degree[: len(rows_f)], fresh_degree[len(rows_f) :]
     if (degree == 0).any():  # a lonely node keeps its mass through a self-loop: the full build makes that

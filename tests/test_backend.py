@@ -133,6 +133,33 @@ def test_pair_and_block_cosines_equal_the_products_on_the_cpu_and_in_the_device_
         assert block.shape == (3, 900) and np.allclose(block, q[part].astype(np.float64) @ vectors[some].T, atol=2e-4)
 
 
+def test_a_cosine_is_the_same_bits_from_every_cpu_kernel_in_any_batch():
+    """The CPU kernels take each cosine from one loop of four questions a pass over a row: the pair, block and
+    probed-list kernels give a question's cosine to a row to the bit, alone or in a batch, wherever it falls in a
+    group of four (so a question's hits do not depend on its batch, and a probed cosine read equals one computed)."""
+    from assomem_gpu import ivf
+    from assomem_gpu.backend import get_backend
+
+    cpu = get_backend("cpu")
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(400, 384)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    q = rng.normal(size=(9, 384)).astype(np.float32)
+    rows = rng.integers(0, 400, size=50)
+    for size in range(1, 10):
+        part = rng.permutation(9)[:size]
+        block = cpu.block_cosines(x, q, part, rows)
+        for i, b in enumerate(part):
+            assert np.array_equal(block[i], cpu.pair_cosines(x, q, np.full(len(rows), b), rows))
+            assert np.array_equal(block[i], cpu.block_cosines(x, q, np.array([b]), rows)[0])
+    book = ivf.train(x, 20)
+    order, bounds = ivf.members(ivf.probes(book, x, 2), book.n_lists)
+    found, cos = ivf.probed_cosines(x, q, ivf.probes(book, q, 6), order, bounds, cpu)
+    for b in range(9):
+        held = found[b] >= 0
+        assert np.array_equal(cos[b][held], cpu.pair_cosines(x, q, np.full(int(held.sum()), b), found[b][held]))
+
+
 def test_the_device_forms_of_segment_max_and_repeat_equal_numpy():
     """CuPy's reduceat takes only ``add`` and its repeat no array of counts: the device forms (run here on numpy
     arrays) equal numpy's."""

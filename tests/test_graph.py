@@ -233,7 +233,7 @@ def test_leader_clues_grown_twice_from_one_state_each_equal_the_build():
     rng = np.random.default_rng(13)
     emb = unit(rng.normal(size=(12, 16))).astype(np.float32)  # near-orthogonal: every session leads its own clue
     config = GraphConfig(delta=0.8, gamma=0.5, max_neighbors=3)
-    state = grow_clue_state(clue_state(emb[:8], config), emb[:9], config)  # its leaders now live in a buffer
+    state = grow_clue_state(clue_state(emb[:8], config), emb[:9], config)
     joins = np.concatenate([emb[:9], unit(emb[3:4] + 0.05 * emb[10:11])])  # near session 3: joins its clue
     for later in (emb[:10], joins, emb[np.r_[:9, 11]]):
         grown = grow_clue_state(state, later, config)
@@ -362,6 +362,26 @@ def test_a_graph_grown_and_shrunk_equals_the_build_to_the_bit(config):
         codebook = None if g.search is None else g.search.codebook
         assert_same_graph(g, build_graph(kept, emb[rows], clue[sessions], config, codebook=codebook))
     assert split or config.delta > 0.5  # a clue that lost a session fell apart: its utterances' rows were made again
+
+
+def test_an_add_makes_again_the_clue_rows_whose_clue_edges_a_joined_clue_moved(monkeypatch):
+    """A clue a session joins gets new pairs and top-k lists change around it: the clue rows made again are the
+    touched clues' and their clue–clue neighbours' before and after (``graph._changed_clues``). Made again for the
+    touched clues alone, some grown graph would differ from the build."""
+    from assomem_gpu import graph
+
+    per = 5
+    emb, bank = clustered(60, per, seed=3)
+    clue = centroid_embeddings(np.arange(0, 60 * per + 1, per), emb)
+    config = GraphConfig(gamma=0.2, delta=0.8, max_neighbors=2)
+    monkeypatch.setattr(graph, "_changed_clues", lambda g, clue_edges, touched: touched)
+    g, differs = build_graph(bank(1), emb[:per], clue[:1], config), 0
+    for hi in range(2, 61):
+        g = graph.grow_graph(g, bank(hi), emb[: hi * per], clue[:hi], config)
+        built = build_graph(bank(hi), emb[: hi * per], clue[:hi], config)
+        differs += (g.adjacency != built.adjacency).nnz > 0
+        g = built  # each add from the right graph
+    assert differs > 0
 
 
 def test_a_leader_graph_grown_by_several_sessions_at_once_equals_the_build_to_the_bit():
