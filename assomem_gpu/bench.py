@@ -1,17 +1,17 @@
 """``python -m assomem_gpu.bench``: latency and throughput of a ``MemoryIndex`` (the default config), beside the
 networkx reference.
 
-Synthetic memories (clustered embeddings, dated sessions, planted evidence) at 50, 500 and 2,500 sessions, or real
-data (``--dataset ... --haystack-sessions N``, the first memory). Per scale: the build (clue texts embedded by the
-bundled encoder; that encoding reported apart), single-question p50/p95 with the question's vector given and with its
-text (encoding included), batch throughput for B = 1, 16, 256, 1024, time per stage, adding a 10-utterance session
-(encoding apart), removing one, save and load and the file's size, the reference's time per question and the share
-of questions whose top-10 is identical, whether the index after the writes equals a rebuild (above ``exact_limit``
-utterances, a rebuild with the index's IVF codebook, which removals keep), and the process's peak
-resident memory, read before the whole-graph PPR floor and the rebuild check (a process-wide peak: scales run
-smallest first, so a smaller scale's floor could only raise it where it outgrew the larger scale). Between consecutive sizes, the growth exponent of each figure (its log-log slope against the
-sessions: 1 is linear). ``--output`` writes JSON (default ``out/bench_<device>.json``; the committed figures are in
-``benchmarks/results/``).
+Synthetic memories (clustered embeddings, dated sessions, planted evidence) at 50, 500 and 2,500 sessions, or real data
+(``--dataset ... --haystack-sessions N``, the first memory). Per scale: the build (clue texts embedded by the bundled
+encoder; that encoding reported apart), single-question p50/p95 with the question's vector given and with its text
+(encoding included), batch throughput for B = 1, 16, 256, 1024, time per stage, adding a 10-utterance session (encoding
+apart) and removing one (medians of up to ``WRITES`` of each, alternating), save and load and the file's size, the
+reference's time per question and the share of questions whose top-10 is identical, whether the index after the writes
+equals a rebuild (above ``exact_limit`` utterances, a rebuild with the index's IVF codebook, which removals keep), and
+the process's peak resident memory, read before the whole-graph PPR floor and the rebuild check (a process-wide peak:
+scales run smallest first, so a smaller scale's floor could only raise it where it outgrew the larger scale). Between
+consecutive sizes, the growth exponent of each figure (its log-log slope against the sessions: 1 is linear).
+``--output`` writes JSON (default ``out/bench_<device>.json``; the committed figures are in ``benchmarks/results/``).
 """
 from __future__ import annotations
 
@@ -111,6 +111,9 @@ def synthetic_memory(n_sessions: int, n_questions: int, seed: int = 0, dim: int 
     questions = [Question(f"q{i}", " ".join(bank.utt_texts[e].split()[:4]) + suffix[i % 4], float(dates[-1] + DAY),
                           ["a", "b"][i % 2], np.array([e]), 0) for i, e in enumerate(evidence)]
     return EmbeddedDataset(Dataset(f"synthetic-{n_sessions}", bank, [memory], questions), utt, q)
+
+
+WRITES = 20  # adds and removals a scale's figures are the medians of (of five, runs differed by up to 20%)
 
 
 def _timed(fn) -> float:
@@ -219,7 +222,8 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
                      "top10_agreement": agree / len(fast), "reference_questions": len(fast)}
 
     add_ms, add_encode_ms, remove_ms, added = [], [], [], []
-    for i in range(5):  # add 10-utterance sessions (embedded by the index's encoder), then remove other sessions
+    for i in range(max(1, min(WRITES, ds.bank.n_sessions // 7))):  # add 10-utterance sessions (the texts of session
+        # 7·i, embedded by the index's encoder), each followed by the removal of another session
         said = ds.bank.utt_texts[ds.bank.offsets[7 * i] : ds.bank.offsets[7 * i] + 10]
         added.append(Session(f"added{i}", float(data.dataset.memories[0].dates.max()),
                              [Utterance(f"{said[t % len(said)]} again {t}", "user") for t in range(10)]))
