@@ -1,10 +1,10 @@
 """Where an add's time goes: the bench's synthetic memory, adds of 10-utterance sessions each followed by a removal
 (as ``python -m assomem_gpu.bench`` writes), and the wall time of the graph update's stages within the adds.
 
-    python benchmarks/add_stages.py [--sessions 25000] [--adds 30] [--output benchmarks/results/add_stages.json]
+    python benchmarks/add_stages.py [--sessions 25000] [--adds 30] [--index PATH] [--output FILE.json]
 
-The memory is built once (the bench's default config and synthetic encoder); the first three adds (kernels loading)
-are left out of the figures. Each stage is timed around the function named (a stage inside another counts in both); the add itself is the index's ``add_sessions`` less the encoding. Runs of an engine against
+The memory is built (the bench's default config and synthetic encoder), or loaded from ``--index`` where that file
+exists (else saved there once built); the first three adds (kernels loading) are left out of the figures. Each stage is timed around the function named (a stage inside another counts in both); the add itself is the index's ``add_sessions`` less the encoding. Runs of an engine against
 another should alternate: this machine's speed drifts by 20% over minutes.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import statistics
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from assomem_gpu.backend import get_backend
 from assomem_gpu.bench import SyntheticEncoder, TimedEncoder, synthetic_memory
 from assomem_gpu.config import AssoMemConfig
 from assomem_gpu.fusion import FusionModel
-from assomem_gpu.index import Session, Utterance
+from assomem_gpu.index import MemoryIndex, Session, Utterance
 from assomem_gpu.kernels import csr_splice, pair_select
 
 STAGES = ((state, "grow_graph"), (graph, "grow_clue_state"), (graph, "_spliced"), (graph, "_utterance_rows"),
@@ -37,6 +38,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sessions", type=int, default=25000)
     p.add_argument("--adds", type=int, default=30, help="adds timed, after the first three")
+    p.add_argument("--index", help="a saved memory of these sessions: loaded where it exists, else saved there")
     p.add_argument("--output", help="JSON file for the figures")
     args = p.parse_args()
 
@@ -46,7 +48,13 @@ def main() -> int:
     rng = np.random.default_rng(1)  # the bench's fusion weights: they do not touch an add
     fusion = FusionModel(list(config.signals), ["a", "b"], rng.random((2, len(config.signals))), 0.2,
                          rng.normal(size=(2, data.questions.shape[1])).astype(np.float32), np.zeros(2, np.float32))
-    index = AssoMem(config, fusion, encoder, device=get_backend("cpu"), cache=1).index(data, 0)
+    loaded = bool(args.index) and Path(args.index).exists()
+    if loaded:
+        index = MemoryIndex.load(args.index, encoder=encoder, device="cpu")
+    else:
+        index = AssoMem(config, fusion, encoder, device=get_backend("cpu"), cache=1).index(data, 0)
+        if args.index:
+            index.save(args.index)
 
     spent, adding = defaultdict(float), [False]
     for owner, name in STAGES:
@@ -74,7 +82,7 @@ def main() -> int:
         adds.append(1000 * (time.perf_counter() - start - encoder.seconds))
         adding[0] = False
         index.remove_sessions([ds.bank.session_ids[3 * i + 1]])
-    out = {"sessions": args.sessions, "adds": args.adds, "add_median_ms": round(statistics.median(adds[WARM:]), 2),
+    out = {"sessions": args.sessions, "adds": args.adds, "loaded": loaded, "add_median_ms": round(statistics.median(adds[WARM:]), 2),
            "stage_ms_per_add": {k: round(1000 * v / args.adds, 2) for k, v in sorted(spent.items(),
                                                                                     key=lambda kv: -kv[1])}}
     print(json.dumps(out, indent=1))
