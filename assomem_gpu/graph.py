@@ -108,12 +108,13 @@ class UttSearch:
 
     def kept(self, keep: np.ndarray) -> "UttSearch":
         """This search without the rows where ``keep`` is False: the lists filtered and renumbered (rows still
-        ascend in each), not sorted again."""
+        ascend in each), not sorted again; the kept probes in a new buffer with room for the next adds."""
         order, bounds = self.lists
         stay = keep[order]
         held = np.repeat(np.arange(self.codebook.n_lists), np.diff(bounds))[stay]  # each kept member's list
         bounds = np.concatenate([[0], np.cumsum(np.bincount(held, minlength=self.codebook.n_lists))])
-        return UttSearch(self.codebook, self.probe[keep], ((np.cumsum(keep) - 1)[order[stay]], bounds))
+        room = Rows.selected(self.probe, keep)
+        return UttSearch(self.codebook, room.view, ((np.cumsum(keep) - 1)[order[stay]], bounds), room)
 
     def members_of(self, lists: np.ndarray) -> np.ndarray:
         """The rows (int64) of these lists, list by list, ascending within each."""

@@ -14,6 +14,16 @@ class Rows:
         self._buf = np.zeros((0, *shape), dtype) if data is None else np.array(data, dtype, order="C")
         self.n = len(self._buf)
 
+    @classmethod
+    def selected(cls, data: np.ndarray, mask: np.ndarray) -> "Rows":
+        """The rows of ``data`` where ``mask`` is True, in order, in one pass, with room for as many again (a
+        removal's survivors, which the next add appends to without a copy)."""
+        rows = cls(data.shape[1:], data.dtype)
+        rows.n = int(np.count_nonzero(mask))
+        rows._buf = np.zeros((max(2 * rows.n, 256), *data.shape[1:]), data.dtype)
+        np.compress(mask, data, axis=0, out=rows._buf[: rows.n])
+        return rows
+
     @property
     def view(self) -> np.ndarray:
         return self._buf[: self.n]

@@ -469,7 +469,7 @@ def test_writes_with_empty_sessions_and_edge_settings_equal_the_build_to_the_bit
 
 
 def test_ivf_graph_shrunk_equals_built_with_its_codebook_and_finds_most_edges():
-    from assomem_gpu.graph import shrink_graph
+    from assomem_gpu.graph import grow_graph, shrink_graph
 
     per = 5
     emb, bank = clustered(300, per, seed=1)
@@ -485,6 +485,28 @@ def test_ivf_graph_shrunk_equals_built_with_its_codebook_and_finds_most_edges():
     kept = bank(300).select(np.flatnonzero(keep_s))
     shrunk = shrink_graph(g, kept, keep_u, keep_s, emb[keep_u], clue[keep_s], config)
     assert_same_graph(shrunk, build_graph(kept, emb[keep_u], clue[keep_s], config, codebook=g.search.codebook))
+    # the removed sessions added back at the end, two ways from the same shrunk graph: its kept probes' buffer takes
+    # the first add's rows in place, and the second add must not see them
+    back = np.flatnonzero(~keep_s)
+    for added in (back[:25], back[25:]):
+        order = np.concatenate([np.flatnonzero(keep_s), added])
+        rows = (order[:, None] * per + np.arange(per)).ravel()
+        grown = grow_graph(shrunk, bank(300).select(order), emb[rows], clue[order], config)
+        assert_same_graph(grown, build_graph(bank(300).select(order), emb[rows], clue[order], config,
+                                             codebook=g.search.codebook))
+
+
+def test_rows_selected_are_the_masks_rows_with_room_for_as_many_again():
+    from assomem_gpu.rows import Rows
+
+    data = np.arange(600 * 3, dtype=np.int32).reshape(600, 3)
+    mask = np.arange(600) % 3 != 1
+    rows = Rows.selected(data, mask)
+    assert rows.view.dtype == np.int32 and np.array_equal(rows.view, data[mask])
+    view = rows.view
+    rows.append(data[:400])  # within the room: the rows held stay where they were
+    assert np.may_share_memory(rows.view, view) and np.array_equal(rows.view, np.concatenate([data[mask], data[:400]]))
+    assert np.array_equal(Rows.selected(data, np.zeros(600, bool)).view, data[:0])
 
 
 def test_a_grown_search_holds_the_lists_its_rows_fill():
