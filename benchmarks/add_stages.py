@@ -4,8 +4,9 @@
     python benchmarks/add_stages.py [--sessions 25000] [--adds 30] [--index PATH] [--output FILE.json]
 
 The memory is built (the bench's default config and synthetic encoder), or loaded from ``--index`` where that file
-exists (else saved there once built); the first three adds (kernels loading) are left out of the figures. Each stage is timed around the function named (a stage inside another counts in both); the add itself is the index's ``add_sessions`` less the encoding. Runs of an engine against
-another should alternate: this machine's speed drifts by 20% over minutes.
+exists (else saved there once built); the first three adds (kernels loading) are left out of the figures. Each stage is
+timed around the function named (a stage inside another counts in both); the add itself is the index's ``add_sessions``
+less the encoding. Runs of an engine against another should alternate: this machine's speed drifts by 20% over minutes.
 """
 from __future__ import annotations
 
@@ -82,9 +83,10 @@ def main() -> int:
         adds.append(1000 * (time.perf_counter() - start - encoder.seconds))
         adding[0] = False
         index.remove_sessions([ds.bank.session_ids[3 * i + 1]])
-    out = {"sessions": args.sessions, "adds": args.adds, "loaded": loaded, "add_median_ms": round(statistics.median(adds[WARM:]), 2),
-           "stage_ms_per_add": {k: round(1000 * v / args.adds, 2) for k, v in sorted(spent.items(),
-                                                                                    key=lambda kv: -kv[1])}}
+    by_time = sorted(spent.items(), key=lambda kv: -kv[1])
+    out = {"sessions": args.sessions, "adds": args.adds, "loaded": loaded,
+           "add_median_ms": round(statistics.median(adds[WARM:]), 2),
+           "stage_ms_per_add": {k: round(1000 * v / args.adds, 2) for k, v in by_time}}
     print(json.dumps(out, indent=1))
     if args.output:
         with open(args.output, "w") as f:

@@ -134,9 +134,9 @@ def test_pair_and_block_cosines_equal_the_products_on_the_cpu_and_in_the_device_
 
 
 def test_a_cosine_is_the_same_bits_from_every_cpu_kernel_in_any_batch():
-    """The CPU kernels take each cosine from one loop of four questions a pass over a row: the pair, block and
-    probed-list kernels give a question's cosine to a row to the bit, alone or in a batch, wherever it falls in a
-    group of four (so a question's hits do not depend on its batch, and a probed cosine read equals one computed)."""
+    """The CPU kernels compute four questions' cosines in one pass over a row and the rest one at a time: the pair,
+    block and probed-list kernels give a question's cosine to a row to the bit, alone or in a batch, in a group of
+    four or not (so a question's hits do not depend on its batch, and a probed cosine read equals one computed)."""
     from assomem_gpu import ivf
     from assomem_gpu.backend import get_backend
 
