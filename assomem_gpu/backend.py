@@ -86,6 +86,16 @@ class Backend:
                  for lo in range(0, len(rows), PAIR_BLOCK)]
         return xp.concatenate(parts).astype(np.float32, copy=False) if parts else xp.zeros(0, np.float32)
 
+    def cosines(self, x, q):
+        """(len(q), len(x)) float32 ``q @ x.T``. On the CPU each question's row is the same bits in any batch
+        (``block_cosines``' kernel: BLAS picks its kernels by the shape, so a question's last bits, and with them its
+        near ties, moved with the batch it came in); on the device cuBLAS's product."""
+        if self.name == "cpu":
+            from .kernels.pair_cosines import block_cosines
+
+            return block_cosines(x, q, np.arange(len(q)), np.arange(len(x)))
+        return q @ x.T
+
     def block_cosines(self, x, q, part, rows):
         """(len(part), len(rows)) ``q[part] @ x[rows].T``. On the CPU a Numba kernel that reads each row once, in
         place (``kernels/pair_cosines.py``); on the device the rows gathered and multiplied."""

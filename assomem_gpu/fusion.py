@@ -89,13 +89,13 @@ class FusionModel:
     def type_probabilities(self, q_emb: np.ndarray) -> np.ndarray:
         if self.coef is None:
             return np.full((len(q_emb), len(self.types)), 1.0 / len(self.types))
-        logits = q_emb @ self.coef.T + self.intercept
+        logits = _row_products(q_emb, self.coef) + self.intercept
         p = np.exp(logits - logits.max(axis=1, keepdims=True))
         return p / p.sum(axis=1, keepdims=True)
 
     def weights(self, q_emb: np.ndarray, active: np.ndarray) -> np.ndarray:
         """(B, n_signals) weights: the type-probability mix, renormalised over each question's active signals."""
-        w = (self.type_probabilities(q_emb) @ self.type_weights) * active
+        w = _row_products(self.type_probabilities(q_emb), self.type_weights.T) * active
         return w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)
 
     def to_json(self) -> dict:
@@ -112,6 +112,12 @@ class FusionModel:
                    float(obj["weight_temperature"]),
                    None if clf is None else np.asarray(clf["coef"], dtype=np.float32),
                    None if clf is None else np.asarray(clf["intercept"], dtype=np.float32))
+
+
+def _row_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b.T`` with each row of the result the same bits in any batch (a BLAS product's are not: it picks its
+    kernels by the shape), so that a question's weights do not depend on the questions beside it."""
+    return (a[:, None, :] * b[None, :, :]).sum(axis=2)
 
 
 def fixed_weights(signals: Sequence[str]) -> FusionModel:

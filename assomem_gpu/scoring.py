@@ -119,7 +119,7 @@ class Relevance:
 
     def everything(self):
         """(B, n_utt) every cosine (what ``values`` are when not probed)."""
-        return self.values if self.rows is None else self.q @ self.emb.T
+        return self.values if self.rows is None else self.backend.cosines(self.emb, self.q)
 
     def cosines(self, part, rows):
         """(len(part), len(rows)) the cosines of questions ``part`` to utterance rows ``rows`` (host arrays; None:
@@ -127,7 +127,9 @@ class Relevance:
         part, rows = self.xp.asarray(part), None if rows is None else self.xp.asarray(rows)
         if self.rows is None:
             return self.values[part] if rows is None else self.values[part[:, None], rows]
-        return self.q[part] @ self.emb.T if rows is None else self.backend.block_cosines(self.emb, self.q, part, rows)
+        if rows is None:
+            return self.backend.cosines(self.emb, self.q[part])
+        return self.backend.block_cosines(self.emb, self.q, part, rows)
 
     @functools.cached_property
     def _keys(self):
@@ -185,7 +187,7 @@ def relevance(g: MemoryGraph, q, emb, queries: Queries, allowed, config: AssoMem
     """The batch's relevance: probed (``probing``) or over every utterance."""
     xp = backend.xp
     if not probing(g, queries, config):
-        values = q @ emb.T
+        values = backend.cosines(emb, q)
         if allowed is not None:
             values = xp.where(allowed, values, np.float32(-np.inf))
         return Relevance(backend, q, emb, values, None, xp.maximum(values, 0.0).sum(axis=1))
@@ -286,7 +288,7 @@ def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig,
         clue_emb, by_clue, owning, starts, sizes = (backend.resident(g, name, 0, lambda name=name: getattr(g, name))
                                                     for name in ("clue_emb", "by_clue", "owning", "owning_starts",
                                                                  "clue_sizes"))
-        clue_cos = q @ clue_emb.T
+        clue_cos = backend.cosines(clue_emb, q)
         best = xp.full((n_b, g.n_clues), -np.inf)  # per clue, its best utterance's cosine
         sizes = xp.broadcast_to(sizes, best.shape)
         if rel_rows is not None:

@@ -160,6 +160,31 @@ def test_a_cosine_is_the_same_bits_from_every_cpu_kernel_in_any_batch():
         assert np.array_equal(cos[b][held], cpu.pair_cosines(x, q, np.full(int(held.sum()), b), found[b][held]))
 
 
+def test_every_cosine_and_fusion_weight_of_a_question_is_the_same_bits_in_any_batch():
+    """BLAS picks its kernels by the shape, so a product's row moved in its last bits with the batch it came in, and
+    near ties with it (a served question's hits changed with the questions batched beside it): the memory-wide
+    relevance, the clue scores and the fusion weights now give each question the same bits alone or in a batch."""
+    from assomem_gpu.backend import get_backend
+    from assomem_gpu.fusion import FusionModel
+
+    cpu = get_backend("cpu")
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(300, 384)).astype(np.float32)
+    q = rng.normal(size=(37, 384)).astype(np.float32)
+    batch = cpu.cosines(x, q)
+    assert batch.shape == (37, 300) and np.allclose(batch, q @ x.T, atol=1e-4)
+    for b in range(37):
+        assert np.array_equal(batch[b], cpu.cosines(x, q[b : b + 1])[0])
+        assert np.array_equal(batch[b], cpu.block_cosines(x, q, np.array([b]), np.arange(300))[0])
+    model = FusionModel(["a", "b", "c"], ["t1", "t2", "t3", "t4"], rng.random((4, 3)), 0.05,
+                        rng.normal(size=(4, 384)).astype(np.float32), rng.normal(size=4).astype(np.float32))
+    active = rng.random((37, 3)) < 0.8
+    weights = model.weights(q, active)
+    assert np.allclose(weights.sum(axis=1)[active.any(axis=1)], 1.0)
+    for b in range(37):
+        assert np.array_equal(weights[b], model.weights(q[b : b + 1], active[b : b + 1])[0])
+
+
 def test_the_device_forms_of_segment_max_and_repeat_equal_numpy():
     """CuPy's reduceat takes only ``add`` and its repeat no array of counts: the device forms (run here on numpy
     arrays) equal numpy's."""
