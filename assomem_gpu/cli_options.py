@@ -65,7 +65,7 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
     a.add_argument("--context-window", type=int, default=d.context_window,
                    help="turns on each side of an utterance that make its context embedding")
-    for name in ("temporal", "importance", "lexical", "context"):
+    for name in ("temporal", "importance", "lexical", "context", "session"):
         a.add_argument(f"--no-{name}", action="store_true", help=f"ablation: drop the {name} signal")
     a.add_argument("--no-clues", action="store_true", help="ablation: no clue nodes; all utterances are candidates")
     a.add_argument("--fixed-weights", action="store_true", help="ablation: equal signal weights, no CMI")

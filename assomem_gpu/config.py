@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from .graph import GraphConfig
 
-SIGNALS = ("relevance", "importance", "temporal", "lexical", "context")
+SIGNALS = ("relevance", "importance", "temporal", "lexical", "context", "session")
 CLUE_MODES = ("keywords", "centroid", "llm")
 
 

@@ -173,6 +173,9 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                         and session[j] == session[i]]
                 ctx = data.utterances[utterances[near]].sum(axis=0) if near else np.zeros(len(q_emb), np.float32)
                 col.append(_normalise(ctx) @ q_emb)
+        elif name == "session":  # the best relevance among the candidates of the candidate's session
+            session = ds.bank.utt_session()[utterances]
+            col = [max(rel[j] for j in local if session[j] == session[i]) for i in local]
         else:
             col = question_temporal(index._state, parse_constraint(q.text, q.date), local)  # the index's rows
         col = np.asarray(col, dtype=np.float64)

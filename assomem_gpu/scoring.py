@@ -1,5 +1,6 @@
 """Signal scoring: a batch of questions against one memory's state, up to each question's candidates and their
-normalised signals (relevance, importance, temporal, lexical, context), padded to the batch's widest candidate list.
+normalised signals (relevance, importance, temporal, lexical, context, session), padded to the batch's widest
+candidate list.
 
 Every stage runs on the backend's arrays (``backend.xp``: numpy, or CuPy on the device, where the memory's
 embeddings, graph and BM25 weights are uploaded once per index version), so a batch stays where it is scored; only
@@ -21,6 +22,7 @@ from .backend import Backend
 from .config import AssoMemConfig
 from .graph import MemoryGraph
 from .signals.context import context_scores
+from .signals.session import session_scores
 from .signals.temporal import RESOLVED, TimeConstraint, parse_constraint, temporal_scores
 from .state import MemoryState
 
@@ -240,6 +242,10 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
                 session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
                 signals[:, :, s] = context_scores(rel.of_pairs, at, session, norms, config.context_window, xp,
                                                   known=rel_at)
+        elif name == "session":
+            with stage("session"):
+                session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
+                signals[:, :, s] = session_scores(rel_at, at, valid, session, backend)
         elif name == "temporal":
             with stage("temporal"):
                 signals[:, :, s] = temporal(state, queries, cand, counts, backend)

@@ -1,3 +1,4 @@
+import dataclasses
 import gc
 import math
 
@@ -325,3 +326,26 @@ def test_context_is_the_cosine_to_the_sum_of_the_neighbouring_turns_of_the_same_
     read = context_scores(counted, at, session, norms, window, known=np.take_along_axis(cosines, at, axis=1))
     assert np.allclose(read, plain, atol=1e-6)
     assert len(asked) == 1 and 0 < len(asked[0]) < 2 * window * at.size  # fewer pairs asked for
+
+
+def test_session_is_the_best_relevance_among_the_candidates_of_the_same_session():
+    from assomem_gpu.backend import get_backend
+    from assomem_gpu.signals.session import session_scores
+
+    session = np.repeat(np.arange(4), [3, 1, 2, 4])  # 10 utterances in sessions of 3, 1, 2 and 4 turns
+    rel = np.random.default_rng(0).normal(size=(3, 10)).astype(np.float32)
+    at = np.array([[0, 2, 3, 6, 9, 0], [1, 4, 5, 7, 8, 0], [3, 0, 0, 0, 0, 0]])  # ascending, then padding
+    valid = np.arange(6) < np.array([5, 5, 1])[:, None]
+    rel_at = np.take_along_axis(rel, at, axis=1)
+    got = session_scores(rel_at, at, valid, session, get_backend("cpu"))
+    for b in range(3):
+        for c in range(6):
+            if not valid[b, c]:
+                assert got[b, c] == 0
+                continue
+            mates = [at[b, j] for j in range(6) if valid[b, j] and session[at[b, j]] == session[at[b, c]]]
+            assert got[b, c] == max(rel[b, m] for m in mates)  # another question's rows never count
+    assert got[0, 3] == max(rel[0, 6], rel[0, 9]) and got[2, 0] == rel[2, 3]
+    assert session_scores(rel_at[:, :0], at[:, :0], valid[:, :0], session, get_backend("cpu")).shape == (3, 0)
+    device_like = dataclasses.replace(get_backend("cpu"), name="cuda-like")  # segment_max's device form
+    assert np.array_equal(session_scores(rel_at, at, valid, session, device_like), got)
