@@ -175,7 +175,10 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                 col.append(_normalise(ctx) @ q_emb)
         elif name == "session":  # the best relevance among the candidates of the candidate's session
             session = ds.bank.utt_session()[utterances]
-            col = [max(rel[j] for j in local if session[j] == session[i]) for i in local]
+            best: dict = {}
+            for i in local:
+                best[session[i]] = max(best.get(session[i], -np.inf), rel[i])
+            col = [best[session[i]] for i in local]
         else:
             col = question_temporal(index._state, parse_constraint(q.text, q.date), local)  # the index's rows
         col = np.asarray(col, dtype=np.float64)

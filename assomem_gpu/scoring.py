@@ -198,7 +198,15 @@ def relevance(g: MemoryGraph, q, emb, queries: Queries, allowed, config: AssoMem
     lists = held[ivf.probes(book, queries.emb, config.query_probe)]
     rows, values = ivf.probed_cosines(emb, q, lists, backend.resident(g.search, "order", 0, lambda: order), bounds,
                                       backend)
-    return Relevance(backend, q, emb, values, rows, xp.where(rows >= 0, xp.maximum(values, 0.0), 0.0).sum(axis=1))
+    return Relevance(backend, q, emb, values, rows, _row_totals(xp.where(rows >= 0, xp.maximum(values, 0.0), 0.0), xp))
+
+
+def _row_totals(x, xp):
+    """(B,) float32 each row's sum, added in order in float64: a row's padding (zeros after its values, as wide as
+    the batch's widest row) leaves it as it is, where a pairwise sum's grouping moved with the width."""
+    if x.shape[1] == 0:
+        return xp.zeros(len(x), np.float32)
+    return xp.cumsum(x, axis=1, dtype=np.float64)[:, -1].astype(np.float32)
 
 
 def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend: Backend, stage) -> Scored:

@@ -656,3 +656,27 @@ def test_a_config_saved_before_leader_clues_merges_by_components_and_the_shipped
     assert AssoMemConfig().graph.clue_merge == "leaders"
     shipped = json.loads(files("assomem_gpu").joinpath(DEFAULT_WEIGHTS).read_text(encoding="utf-8"))
     assert AssoMemConfig.from_json(shipped["config"]) == AssoMemConfig()  # recalibrate them when a default changes
+
+
+@pytest.mark.parametrize("query_probe", [0, 2])
+def test_a_question_gets_the_same_hits_and_scores_to_the_bit_alone_or_in_a_batch(query_probe):
+    """Every product and sum a question's scores come from is its own, in the same order, in any batch: the ids and
+    the fused scores (and their signal shares) of 40 questions searched together equal each searched alone, with the
+    relevance over every utterance (query_probe 0) and through the probed lists, whose rows the batch pads to its
+    widest."""
+    from dataclasses import replace
+
+    from assomem_gpu import scoring
+
+    index = make_index(replace(PROBED, query_probe=query_probe))
+    index.add_sessions(random_sessions(5, 60))
+    rng = np.random.default_rng(0)
+    questions = [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 5)))) for _ in range(40)]
+    probing = scoring.probing(index._state.graph, scoring.Queries(np.ones((1, index.dim), np.float32), ["x"],
+                                                                  np.full(1, np.nan)), index.config)
+    assert probing == (query_probe > 0)
+    together = index.search(questions, k=15, question_date=1_700_000_000.0)
+    for q, hits in zip(questions, together):
+        alone = index.search(q, k=15, question_date=1_700_000_000.0)
+        assert [(h.utterance_id, h.score, h.signals) for h in hits] == [(h.utterance_id, h.score, h.signals)
+                                                                        for h in alone]

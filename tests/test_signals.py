@@ -333,19 +333,20 @@ def test_session_is_the_best_relevance_among_the_candidates_of_the_same_session(
     from assomem_gpu.signals.session import session_scores
 
     session = np.repeat(np.arange(4), [3, 1, 2, 4])  # 10 utterances in sessions of 3, 1, 2 and 4 turns
-    rel = np.random.default_rng(0).normal(size=(3, 10)).astype(np.float32)
-    at = np.array([[0, 2, 3, 6, 9, 0], [1, 4, 5, 7, 8, 0], [3, 0, 0, 0, 0, 0]])  # ascending, then padding
-    valid = np.arange(6) < np.array([5, 5, 1])[:, None]
+    rel = np.random.default_rng(0).normal(size=(4, 10)).astype(np.float32)
+    # ascending, then padding; the first row is full and ends in the session the second starts in
+    at = np.array([[0, 2, 3, 6, 8, 9], [7, 8, 0, 0, 0, 0], [1, 4, 5, 7, 8, 0], [3, 0, 0, 0, 0, 0]])
+    valid = np.arange(6) < np.array([6, 2, 5, 1])[:, None]
     rel_at = np.take_along_axis(rel, at, axis=1)
     got = session_scores(rel_at, at, valid, session, get_backend("cpu"))
-    for b in range(3):
+    for b in range(4):
         for c in range(6):
             if not valid[b, c]:
                 assert got[b, c] == 0
                 continue
             mates = [at[b, j] for j in range(6) if valid[b, j] and session[at[b, j]] == session[at[b, c]]]
             assert got[b, c] == max(rel[b, m] for m in mates)  # another question's rows never count
-    assert got[0, 3] == max(rel[0, 6], rel[0, 9]) and got[2, 0] == rel[2, 3]
-    assert session_scores(rel_at[:, :0], at[:, :0], valid[:, :0], session, get_backend("cpu")).shape == (3, 0)
+    assert got[0, 3] == rel[0, [6, 8, 9]].max() and got[1, 0] == rel[1, [7, 8]].max() and got[3, 0] == rel[3, 3]
+    assert session_scores(rel_at[:, :0], at[:, :0], valid[:, :0], session, get_backend("cpu")).shape == (4, 0)
     device_like = dataclasses.replace(get_backend("cpu"), name="cuda-like")  # segment_max's device form
     assert np.array_equal(session_scores(rel_at, at, valid, session, device_like), got)
