@@ -329,6 +329,9 @@ def test_context_is_the_cosine_to_the_sum_of_the_neighbouring_turns_of_the_same_
 
 
 def test_session_is_the_best_relevance_among_the_candidates_of_the_same_session():
+    """Each candidate gets the best relevance among its question's candidates from its session (runs of one session
+    along a row; a row that ends in a session the next row starts in keeps its own); padding gets 0; the device form
+    of the segment maximum gives the same."""
     from assomem_gpu.backend import get_backend
     from assomem_gpu.signals.session import session_scores
 
