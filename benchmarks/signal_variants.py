@@ -23,7 +23,7 @@ from assomem_gpu.cli_options import build_methods
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import make_encoder
 from assomem_gpu.eval.__main__ import parse_args
-from assomem_gpu.eval.metrics import utterance_metrics
+from assomem_gpu.eval.metrics import mean_by_type, utterance_metrics
 from assomem_gpu.fusion import fit_fusion, fuse
 from assomem_gpu.retrieve import EmbeddedDataset
 
@@ -100,9 +100,9 @@ def cross_validated(data, method, questions, feats, signals, folds, backend) -> 
                            cfg.weight_temperature)
         out = fuse([by_q[q] for q in fold], data.questions[fold], model, cfg.temperature, 100, backend)
         ranked.update(zip(fold.tolist(), [r.rows for r in out]))
-    rows = [utterance_metrics(ranked[q], np.asarray(ds.questions[q].evidence), KS) for q in questions
-            if len(ds.questions[q].evidence)]
-    return {f"R@{k}": round(100 * float(np.mean([r[f"R@{k}"] for r in rows])), 2) for k in KS}
+    mean = mean_by_type((None, utterance_metrics(ranked[q], np.asarray(ds.questions[q].evidence), KS))
+                        for q in questions if len(ds.questions[q].evidence))["all"]  # as the eval CLI averages
+    return {f"R@{k}": round(100 * mean[f"R@{k}"], 2) for k in KS}
 
 
 def main() -> int:
