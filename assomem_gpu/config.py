@@ -33,6 +33,9 @@ class AssoMemConfig:
     # candidates (which gives the candidates the whole graph's values of those iterations); 0 = the whole graph,
     # iterated until the change is below tol
     context_window: int = 2  # the context signal's turns on each side of an utterance (signals/context.py)
+    sentences: bool = False  # True (--sentences): a candidate's relevance is its best passage's, itself or one of
+    # its sentences, each embedded alone (sentences.py; needs an encoder at add time). Off until measured at 2,500
+    # sessions (README, Results, "Sentence passages")
     query_probe: int = 32  # in a memory past graph.exact_limit utterances, a question's relevance is computed on the
     # members of the IVF lists of its this many nearest centroids, its candidates' and PPR neighbourhood's (0 = on
     # every utterance)
@@ -47,6 +50,8 @@ class AssoMemConfig:
         object.__setattr__(self, "bin_edges", tuple(self.bin_edges))
         if not self.signals or len(set(self.signals)) != len(self.signals) or set(self.signals) - set(SIGNALS):
             raise ValueError(f"AssoMemConfig.signals must be distinct names from {SIGNALS}, got {self.signals}")
+        if not isinstance(self.sentences, bool):
+            raise ValueError(f"AssoMemConfig.sentences must be true or false, got {self.sentences!r}")
         if self.clue_mode not in CLUE_MODES:
             raise ValueError(f"AssoMemConfig.clue_mode must be one of {CLUE_MODES}, got {self.clue_mode!r}")
         for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_iter", 1), ("ppr_hops", 0),
@@ -74,6 +79,7 @@ class AssoMemConfig:
         obj = dict(obj)
         obj.setdefault("lexical_pool", 0)  # a config saved before the BM25 pool existed ranked without it
         obj.setdefault("dense_pool", 0)  # (and before the dense pool, without that)
+        obj.setdefault("sentences", False)  # (and before sentence passages, without them)
         graph = GraphConfig(**{"clue_merge": "components", **obj.pop("graph", {})})  # (and before leader clues, by
         # components)
         return cls(graph=graph, signals=tuple(obj.pop("signals", SIGNALS)),

@@ -186,13 +186,13 @@ class MemoryIndex:
 
     # ---- writes --------------------------------------------------------------------------------------------------
     def add_sessions(self, sessions: Iterable[Session | Mapping], embeddings: np.ndarray | None = None,
-                     journal: Callable[[list, np.ndarray, np.ndarray], None] | None = None) -> None:
+                     journal: Callable[[list, np.ndarray, Derived], None] | None = None) -> None:
         """Add sessions (``Session`` records or dicts of the same fields). Their utterances are embedded as
         ``"<speaker>: <text>"`` in batches (after the encoder's passage prompt, ``encode.prompted``), unless
         ``embeddings`` gives one row per utterance (all sessions' utterances in order, read with the same prompt; rows
         are L2-normalised); each session's clue is made and embedded. Raises before any
-        change if any session is bad. ``journal(records, vectors, clue_vectors)``, when given, runs under the write
-        lock once every check has passed and before the index changes (a store commits the write there): if it
+        change if any session is bad. ``journal(records, vectors, derived)`` (``state.Derived``: clue and sentence
+        vectors among it), when given, runs under the write lock once every check has passed and before the index changes (a store commits the write there): if it
         raises, nothing changes."""
         records = [_session(s, f"sessions[{i}]", self.dated) for i, s in enumerate(_listed(sessions, "sessions"))]
         _no_duplicates(records)
@@ -210,9 +210,11 @@ class MemoryIndex:
             self._add(records, emb, journal=journal, derived=derived)
 
     def _add(self, records: list[tuple[str, float, list[Turn], dict]], emb: np.ndarray,
-             clue_emb: np.ndarray | None = None, journal=None, derived: Derived | None = None) -> None:
-        """Add checked records with their utterance vectors, and their clue vectors or everything ``derive`` makes
-        of them (made here when None); the caller holds the write lock, or owns the index alone."""
+             clue_emb: np.ndarray | None = None, journal=None, derived: Derived | None = None,
+             sentences: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Add checked records with their utterance vectors, and their clue vectors and sentence vectors (counts,
+        vectors) or everything ``derive`` makes of them (made here when None); the caller holds the write lock, or
+        owns the index alone."""
         bank = self._state.bank
         for sid, _, turns, _ in records:
             if bank.session_index(sid) is not None:
@@ -221,9 +223,9 @@ class MemoryIndex:
             if clash is not None:
                 raise ValueError(f"sessions: utterance id {clash!r} is already in the index")
         if derived is None:
-            derived = self._state.derive(records, emb, clue_emb)
+            derived = self._state.derive(records, emb, clue_emb, sentences)
         if journal is not None:
-            journal(records, emb, derived.clue_emb)
+            journal(records, emb, derived)
         if records:
             with self._stage("add"):
                 self._state.add(records, emb, derived)

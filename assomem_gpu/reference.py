@@ -13,8 +13,10 @@ import scipy.sparse as sp
 
 from .assomem import AssoMem
 from .fusion import FusionModel
+from .encode import prompted
 from .retrieve import EmbeddedDataset
 from .scoring import question_temporal
+from .sentences import split
 from .signals.temporal import parse_constraint
 from .signals.lexical import BM25Index
 
@@ -151,10 +153,19 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
         local = np.asarray(local, np.int64)
     else:
         local = np.arange(len(utterances))
+    best = rel.copy()  # a candidate's relevance: its best passage's, itself or one of its sentences
+    if cfg.sentences:
+        for i in local:
+            parts = split(ds.bank.utt_texts[utterances[i]])
+            if len(parts) > 1:
+                speaker = ds.bank.utt_speakers[utterances[i]]
+                texts = [f"{speaker}: {p}" if speaker else p for p in parts]
+                best[i] = max(best[i], float(np.max(method.encoder.encode(prompted(method.encoder, "passage", texts))
+                                                    @ q_emb)))
     columns, active = [], []
     for name in cfg.signals:
         if name == "relevance":
-            col = rel[local]
+            col = best[local]
         elif name == "importance":
             t = np.zeros(g.number_of_nodes())
             t[: len(utterances)] = np.clip(rel, 0, None)
@@ -175,10 +186,10 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                 col.append(_normalise(ctx) @ q_emb)
         elif name == "session":  # the best relevance among the candidates of the candidate's session
             session = ds.bank.utt_session()[utterances]
-            best: dict = {}
+            top: dict = {}
             for i in local:
-                best[session[i]] = max(best.get(session[i], -np.inf), rel[i])
-            col = [best[session[i]] for i in local]
+                top[session[i]] = max(top.get(session[i], -np.inf), best[i])
+            col = [top[session[i]] for i in local]
         else:
             col = question_temporal(index._state, parse_constraint(q.text, q.date), local)  # the index's rows
         col = np.asarray(col, dtype=np.float64)

@@ -21,6 +21,7 @@ from . import ivf
 from .backend import Backend
 from .config import AssoMemConfig
 from .graph import MemoryGraph
+from .sentences import best_cosines
 from .signals.context import context_scores
 from .signals.session import session_scores
 from .signals.temporal import RESOLVED, TimeConstraint, parse_constraint, temporal_scores
@@ -234,9 +235,16 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
     at = xp.where(valid, cand, 0)  # padding reads row 0, then counts for nothing
     signals = xp.zeros(cand.shape + (n_sig,))
     rel_at = rel.of_rows(at, valid)
+    best = rel_at  # each candidate's relevance: its best passage's (itself or a sentence) with config.sentences
+    if state.sentences is not None and len(state.sentences.view):
+        with stage("sentences"):
+            vectors = backend.resident(state.sentences, "view", state.version, lambda: state.sentences.view)
+            starts = backend.resident(state, "sentence_starts", state.version, lambda: state.sentence_starts)
+            held = backend.resident(state, "sentence_counts", state.version, lambda: state.sentence_counts)
+            best = best_cosines(rel_at, q, at, valid, vectors, starts, held, backend)
     for s, name in enumerate(config.signals):
         if name == "relevance":
-            signals[:, :, s] = rel_at
+            signals[:, :, s] = best
         elif name == "importance":
             with stage("ppr"):
                 ppr = importance(g, rel.cosines, rel.mass, at, valid, config, backend)
@@ -253,7 +261,7 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
         elif name == "session":
             with stage("session"):
                 session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
-                signals[:, :, s] = session_scores(rel_at, at, valid, session, backend)
+                signals[:, :, s] = session_scores(best, at, valid, session, backend)
         elif name == "temporal":
             with stage("temporal"):
                 signals[:, :, s] = temporal(state, queries, cand, counts, backend)

@@ -17,11 +17,12 @@ import numpy as np
 
 from .clues import clue_embeddings, clue_texts
 from .config import AssoMemConfig
-from .encode import Encoder
+from .encode import Encoder, prompted
 from .graph import ClueState, MemoryGraph, UttSearch, assemble, build_graph, grow_graph, shrink_graph
 from .ivf import Codebook
 from .memory import MemoryBank
 from .rows import Rows
+from .sentences import rows_of, sentence_texts, starts_of
 from .signals.context import context_norms
 from .signals.lexical import BM25Index, TermCounts
 from .signals.temporal import TIME_MARKS_VERSION, time_mark, windows
@@ -34,19 +35,25 @@ class Derived:
     """What a write derives from its sessions' texts and vectors alone: each session's clue embedding, and each
     utterance's time mark, BM25 term counts and context norm. No other session changes it, so a caller that
     builds many memories of shared sessions (benchmark haystacks) derives it once per session and gives each memory
-    its ``select`` (the same index as a build of the memory's sessions, for an encoder that embeds a clue text alike
-    in any batch)."""
+    its ``select`` (the same index as a build of the memory's sessions, for an encoder that embeds a clue text and a
+    sentence alike in any batch)."""
 
     clue_emb: np.ndarray  # (sessions, dim) float32
     time_marks: np.ndarray  # (utterances,) int8: how each anchors events in time (``signals.temporal.time_mark``)
     terms: TermCounts | None  # the utterances' BM25 term counts; None without the lexical signal
     context: np.ndarray | None  # (utterances,) their context norms (signals/context.py); None without the signal
+    sentence_counts: np.ndarray | None = None  # (utterances,) int32 each one's sentence vectors (0: one sentence);
+    # None without config.sentences
+    sentences: np.ndarray | None = None  # (sum of the counts, dim) float32 those vectors, utterance after utterance
 
     def select(self, sessions: np.ndarray, utterances: np.ndarray) -> "Derived":
         """The part of these session rows and their utterance rows (of the sessions this was derived from)."""
+        counts = self.sentence_counts
         return Derived(self.clue_emb[sessions], self.time_marks[utterances],
                        None if self.terms is None else self.terms.rows(utterances),
-                       None if self.context is None else self.context[utterances])
+                       None if self.context is None else self.context[utterances],
+                       None if counts is None else counts[utterances],
+                       None if counts is None else self.sentences[rows_of(counts, utterances)])
 
 
 class MemoryState:
@@ -64,6 +71,9 @@ class MemoryState:
         self.context = Rows(dtype=np.float32) if "context" in config.signals else None  # per utterance: its context
         # norm (signals/context.py)
         self._time_marks = Rows(dtype=np.int8)  # per utterance: its time mark (signals.temporal.time_mark)
+        self.sentences = Rows((dim,)) if config.sentences else None  # the utterances' sentence vectors, in order
+        self._sentence_counts = Rows(dtype=np.int32)  # per utterance: how many of them it has (sentences.py)
+        self._sentence_starts: tuple[int, np.ndarray] | None = None  # (version, each utterance's first row)
         self._mentions: list[np.ndarray | None] = []  # per utterance: times it mentions (made on first use)
         self._times = Rows(dtype=np.float64)  # per utterance: its session's date (NaN unknown)
         self._session_of = Rows(dtype=np.int64)  # per utterance: its session's row
@@ -90,6 +100,19 @@ class MemoryState:
         return self._session_of.view
 
     @property
+    def sentence_counts(self) -> np.ndarray:
+        """Per utterance: its sentence vectors (int32; 0 for a single sentence, and all 0 without
+        ``config.sentences``)."""
+        return self._sentence_counts.view
+
+    @property
+    def sentence_starts(self) -> np.ndarray:
+        """Per utterance: the row of its first sentence vector (int64; made once per write, on first use)."""
+        if self._sentence_starts is None or self._sentence_starts[0] != self.version:
+            self._sentence_starts = (self.version, starts_of(self.sentence_counts))
+        return self._sentence_starts[1]
+
+    @property
     def graph_config(self):
         if "importance" not in self.config.signals:  # no PageRank: only clues and ownership are needed
             return replace(self.config.graph, max_neighbors=0, adjacency_weight=0.0, speakers=False)
@@ -97,10 +120,11 @@ class MemoryState:
 
     # ---- writes --------------------------------------------------------------------------------------------------
     def derive(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray,
-               clue_emb: np.ndarray | None = None) -> Derived:
+               clue_emb: np.ndarray | None = None, sentences: tuple[np.ndarray, np.ndarray] | None = None) -> Derived:
         """What ``add`` needs of these sessions (whose utterances have the embeddings ``emb``) beyond their rows:
-        computed before any change, without the write lock (see ``Derived``). ``clue_emb``: their clue vectors, when
-        known (made here otherwise)."""
+        computed before any change, without the write lock (see ``Derived``). ``clue_emb``: their clue vectors, and
+        ``sentences`` their sentence vectors (counts, vectors, as ``Derived`` holds them), when known (made here
+        otherwise)."""
         one = _bank(sessions)
         if clue_emb is None:
             texts = clue_texts(one, range(one.n_sessions), self.config.clue_mode, self.config.llm, self.llm_cache)
@@ -109,7 +133,21 @@ class MemoryState:
         terms = self.lexical.count(one.encoded_texts()) if self.lexical is not None else None
         context = context_norms(one.offset_array, emb, self.config.context_window) \
             if self.context is not None else None
-        return Derived(np.asarray(clue_emb, np.float32), marks, terms, context)
+        if self.sentences is None:
+            sentences = (None, None)
+        elif sentences is None:
+            sentences = self._embed_sentences(one)
+        return Derived(np.asarray(clue_emb, np.float32), marks, terms, context, *sentences)
+
+    def _embed_sentences(self, bank: MemoryBank) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, vectors) of ``bank``'s utterances' sentences (``sentences.sentence_texts``), embedded after the
+        passage prompt; without an encoder none (each utterance's own vector is its only passage)."""
+        if self.encoder is None:
+            return np.zeros(bank.n_utterances, np.int32), np.zeros((0, self.dim), np.float32)
+        texts, counts = sentence_texts(bank.utt_speakers, bank.utt_texts)
+        vectors = self.encoder.encode(prompted(self.encoder, "passage", texts)) if texts else \
+            np.zeros((0, self.dim), np.float32)
+        return counts, np.asarray(vectors, np.float32)
 
     def add(self, sessions: Sequence[tuple[str, float, Sequence[Turn], dict]], emb: np.ndarray,
             derived: Derived | None = None) -> None:
@@ -129,6 +167,11 @@ class MemoryState:
         self.emb.append(emb)
         self.clue_emb.append(derived.clue_emb)
         self._time_marks.append(derived.time_marks)
+        if self.sentences is not None:
+            self._sentence_counts.append(derived.sentence_counts)
+            self.sentences.append(derived.sentences)
+        else:
+            self._sentence_counts.grow_to(self.n_utterances)
         self._mentions += [None] * len(derived.time_marks)
         if self.lexical is not None:
             self.lexical.add_counts(derived.terms)
@@ -145,11 +188,13 @@ class MemoryState:
         keep_s = np.ones(self.bank.n_sessions, bool)
         keep_s[sessions] = False
         keep_u = np.repeat(keep_s, np.diff(self.bank.offset_array))
+        if self.sentences is not None:
+            self.sentences.keep(np.repeat(keep_u, self.sentence_counts))
         self.bank.remove(sessions)
         self.metadata = list(compress(self.metadata, keep_s))
         self.emb.keep(keep_u)
         self.clue_emb.keep(keep_s)
-        for rows in (self._time_marks, self._times, self._session_of):
+        for rows in (self._time_marks, self._times, self._session_of, self._sentence_counts):
             rows.keep(keep_u)
         self.session_of[:] = (np.cumsum(keep_s) - 1)[self.session_of]
         self._mentions = list(compress(self._mentions, keep_u))
@@ -199,6 +244,8 @@ class MemoryState:
             arrays.update(lexical)
         if self.context is not None:
             arrays["context_norms"] = self.context.view
+        if self.sentences is not None:
+            arrays.update(sentence_counts=self.sentence_counts, sentence_emb=self.sentences.view)
         return documents, arrays
 
     @classmethod
@@ -231,6 +278,14 @@ class MemoryState:
             norms = arrays.get("context_norms")
             state.context = Rows(dtype=np.float32, data=norms if norms is not None else context_norms(
                 bank.offset_array, state.emb.view, config.context_window))
+        if state.sentences is not None and "sentence_counts" in arrays:
+            state._sentence_counts = Rows(dtype=np.int32, data=arrays["sentence_counts"])
+            state.sentences = Rows((state.dim,), data=arrays["sentence_emb"])
+        elif state.sentences is not None:  # a snapshot written before sentence vectors: embedded again
+            counts, vectors = state._embed_sentences(bank)
+            state._sentence_counts, state.sentences = Rows(dtype=np.int32, data=counts), Rows((state.dim,), data=vectors)
+        else:
+            state._sentence_counts = Rows(dtype=np.int32, data=np.zeros(bank.n_utterances, np.int32))
         if bank.n_sessions:
             clues = ClueState(arrays["clue_labels"], arrays["clue_merged"],
                               (arrays["clue_pairs_i"], arrays["clue_pairs_j"], arrays["clue_pairs_s"]))
@@ -269,6 +324,10 @@ def _check_snapshot(sessions: dict, utts: dict, arrays: dict) -> None:
         "clue embeddings": arrays["clue_emb"].shape == (n_s, arrays["utt_emb"].shape[1]),
         "time marks": len(arrays.get("time_marks", arrays.get("has_time", ()))) == n_u,
         "context norms": "context_norms" not in arrays or np.shape(arrays["context_norms"]) == (n_u,),
+        "sentence vectors": "sentence_counts" not in arrays or (
+            np.shape(arrays["sentence_counts"]) == (n_u,) and np.all(arrays["sentence_counts"] >= 0)
+            and np.shape(arrays.get("sentence_emb")) == (int(np.sum(arrays["sentence_counts"])),
+                                                          arrays["utt_emb"].shape[1])),
     }
     if n_s:
         labels = np.asarray(arrays["clue_labels"])

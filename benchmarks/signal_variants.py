@@ -105,33 +105,43 @@ def cross_validated(data, method, questions, feats, signals, folds, backend) -> 
     return {f"R@{k}": round(100 * mean[f"R@{k}"], 2) for k in KS}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--output", help="JSON file for the figures")
-    own, rest = p.parse_known_args()
-    args = parse_args(["--method", "assomem", "--no-session", "--quiet", *rest])
+def features(options: list[str]):
+    """(eval options, embedded dataset, the assomem method, every question's features, the CLI's folds) for the
+    eval CLI's ``options`` (``--dataset`` ...)."""
+    args = parse_args(["--method", "assomem", "--quiet", *options])
     ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
     encoder = make_encoder(args.encoder)
     encoder.progress = False
     data = EmbeddedDataset.build(ds, encoder)
-    backend = get_backend("cpu")
-    method = build_methods(args, encoder, backend)[0]
-    signals = list(method.config.signals)
+    method = build_methods(args, encoder, get_backend("cpu"))[0]
     questions = list(range(len(ds.questions)))
     feats = compute_features(method, data, questions, progress=False)
-    folds = folds_of(data, questions, args.folds, args.seed)
+    return args, data, method, feats, folds_of(data, questions, args.folds, args.seed)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--output", help="JSON file for the figures")
+    own, rest = p.parse_known_args()
+    args, data, method, feats, folds = features(["--no-session", *rest])
+    signals, questions, backend = list(method.config.signals), list(range(len(feats))), get_backend("cpu")
     figures = {"none (--no-session)": cross_validated(data, method, questions, feats, signals, folds, backend)}
     for name, column in variants(data, signals).items():
         extra = [replace(f, scores=np.column_stack([f.scores, column(q, f)]), active=np.append(f.active, True))
                  for q, f in zip(questions, feats)]
         figures[name] = cross_validated(data, method, questions, extra, signals + ["variant"], folds, backend)
+    report(figures, args, own.output)
+    return 0
+
+
+def report(figures: dict[str, dict[str, float]], args, output: str | None) -> None:
+    """Print each variant's R@k and, with ``output``, write them with the dataset options as JSON."""
     for name, row in figures.items():
         print(f"{name:45s} " + "  ".join(f"{k} {v:6.2f}" for k, v in row.items()))
-    if own.output:
-        Path(own.output).write_text(json.dumps({"dataset": args.dataset, "haystack_sessions": args.haystack_sessions,
-                                                "limit": args.limit, "seed": args.seed, "figures": figures},
-                                               indent=1) + "\n")
-    return 0
+    if output:
+        Path(output).write_text(json.dumps({"dataset": args.dataset, "haystack_sessions": args.haystack_sessions,
+                                            "limit": args.limit, "seed": args.seed, "figures": figures},
+                                           indent=1) + "\n")
 
 
 if __name__ == "__main__":

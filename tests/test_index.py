@@ -22,7 +22,8 @@ def random_sessions(seed: int, n: int, prefix: str = "s") -> list[Session]:
     out = []
     for s in range(n):
         topic = rng.choice(WORDS, size=3)
-        turns = [Utterance(" ".join(rng.choice(list(topic) * 3 + list(WORDS), size=rng.integers(3, 10)))
+        turns = [Utterance(". ".join(" ".join(rng.choice(list(topic) * 3 + list(WORDS), size=rng.integers(4, 10)))
+                                     for _ in range(rng.choice([1, 1, 2, 3])))  # some turns of many sentences
                            + (" last week" if rng.random() < 0.2 else ""), ["user", "assistant"][t % 2])
                  for t in range(rng.integers(1, 6))]
         out.append(Session(f"{prefix}{seed}_{s}", 1_680_000_000.0 + float(rng.integers(0, 200)) * DAY, turns,
@@ -31,7 +32,7 @@ def random_sessions(seed: int, n: int, prefix: str = "s") -> list[Session]:
 
 
 def make_index(config=None, **kw) -> MemoryIndex:
-    config = config or AssoMemConfig(top_clues=2, min_candidates=3, dense_pool=3,
+    config = config or AssoMemConfig(top_clues=2, min_candidates=3, dense_pool=3, sentences=True,
                                      graph=GraphConfig(delta=0.5, gamma=0.3))
     return MemoryIndex(HashingEncoder(), config, fixed_weights(config.signals), device="cpu", **kw)
 
@@ -57,6 +58,9 @@ def assert_same(a: MemoryIndex, b: MemoryIndex):
     assert np.array_equal(sa.emb.view, sb.emb.view) and np.array_equal(sa.time_marks, sb.time_marks)
     if sa.context is not None:
         assert np.array_equal(sa.context.view, sb.context.view)
+    assert np.array_equal(sa.sentence_counts, sb.sentence_counts)
+    if sa.sentences is not None:
+        assert np.array_equal(sa.sentences.view, sb.sentences.view)
     if sa.graph is None:
         assert sb.graph is None
         return
@@ -75,7 +79,7 @@ def assert_same(a: MemoryIndex, b: MemoryIndex):
                                                         ("keywords", False, "components"),
                                                         ("centroid", False, "components")])
 def test_adds_and_removes_equal_a_fresh_build(clue_mode, clues, clue_merge):
-    config = AssoMemConfig(clue_mode=clue_mode, clues=clues, top_clues=2, min_candidates=3,
+    config = AssoMemConfig(clue_mode=clue_mode, clues=clues, top_clues=2, min_candidates=3, sentences=True,
                            graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3, clue_merge=clue_merge))
     sessions = random_sessions(0, 30)
     grown = make_index(config)
@@ -191,6 +195,11 @@ def test_save_and_load_give_identical_rankings(tmp_path):
     write(tmp_path / "without_norms.npz", documents, arrays)
     older = MemoryIndex.load(tmp_path / "without_norms.npz", encoder=HashingEncoder(), device="cpu")
     assert fingerprint(older) == fingerprint(index) and results(older) == results(index)
+    counts = arrays.pop("sentence_counts")  # and before sentence vectors: embedded again
+    assert counts.sum() == len(arrays.pop("sentence_emb")) > 0
+    write(tmp_path / "without_sentences.npz", documents, arrays)
+    older = MemoryIndex.load(tmp_path / "without_sentences.npz", encoder=HashingEncoder(), device="cpu")
+    assert fingerprint(older) == fingerprint(index) and results(older) == results(index)
     stale = {**arrays, "time_marks": np.zeros_like(arrays["time_marks"])}  # marks of other rules: made again
     for name, version in (("version_1", None), ("version_0", np.array([0]))):
         if version is None:
@@ -247,6 +256,10 @@ def test_broken_snapshots_are_clear_errors(tmp_path):
     write(tmp_path / "short_context.npz", documents, short)
     with pytest.raises(SnapshotError, match="context norms"):
         MemoryIndex.load(tmp_path / "short_context.npz", encoder=HashingEncoder())
+    short = dict(arrays, sentence_emb=arrays["sentence_emb"][:-1])
+    write(tmp_path / "short_sentences.npz", documents, short)
+    with pytest.raises(SnapshotError, match="sentence vectors"):
+        MemoryIndex.load(tmp_path / "short_sentences.npz", encoder=HashingEncoder())
     headless = {k: v for k, v in documents.items() if k != "index"}
     write(tmp_path / "headless.npz", headless, arrays)
     with pytest.raises(SnapshotError, match="header"):
@@ -441,7 +454,8 @@ def test_the_device_path_ranks_like_the_cpu_path(probed):
     device_like = dataclasses.replace(
         cpu, name="cuda-like", ppr=functools.partial(personalized_pagerank, check_every=4), fused_topk=fused_topk_cuda,
         top_k=lambda s, k: np.argsort(-np.nan_to_num(s, nan=-np.inf), axis=-1, kind="stable")[..., :k], _uploads={})
-    config = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3), tol=1e-9)
+    config = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3), tol=1e-9,
+                           sentences=True)
     if probed:
         config = dataclasses.replace(PROBED, query_probe=1, tol=1e-9)
     indexes = [MemoryIndex(HashingEncoder(), config, fixed_weights(config.signals), device=b)
@@ -471,7 +485,7 @@ def test_the_device_path_ranks_like_the_cpu_path(probed):
 def test_an_index_past_its_exact_limit_grows_saves_and_loads_exactly(tmp_path):
     """Above ``exact_limit`` utterances the similarity edges come from an inverted file: adds still equal a fresh
     build (the codebook is trained on the same first rows), and a saved index loads with its codebook and probes."""
-    config = AssoMemConfig(top_clues=2, min_candidates=3,
+    config = AssoMemConfig(top_clues=2, min_candidates=3, sentences=True,
                            graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3, exact_limit=20, list_size=8,
                                              n_probe=2))
 
@@ -499,7 +513,7 @@ def test_an_index_past_its_exact_limit_grows_saves_and_loads_exactly(tmp_path):
     same_search(loaded, fresh)
 
 
-PROBED = AssoMemConfig(top_clues=2, min_candidates=3,
+PROBED = AssoMemConfig(top_clues=2, min_candidates=3, sentences=True,
                        graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3, exact_limit=40, list_size=8))
 
 
@@ -654,6 +668,11 @@ def test_a_config_saved_before_leader_clues_merges_by_components_and_the_shipped
     del saved["graph"]["clue_merge"]
     assert AssoMemConfig.from_json(saved).graph.clue_merge == "components"
     assert AssoMemConfig().graph.clue_merge == "leaders"
+    assert AssoMemConfig.from_json({**saved, "sentences": True}).sentences
+    del saved["sentences"]  # and before sentence passages, without them
+    assert not AssoMemConfig.from_json(saved).sentences
+    with pytest.raises(ValueError, match="sentences"):
+        AssoMemConfig(sentences=1)
     shipped = json.loads(files("assomem_gpu").joinpath(DEFAULT_WEIGHTS).read_text(encoding="utf-8"))
     assert AssoMemConfig.from_json(shipped["config"]) == AssoMemConfig()  # recalibrate them when a default changes
 

@@ -15,7 +15,7 @@ from assomem_gpu import AssoMemConfig, GraphConfig
 from assomem_gpu.encode import HashingEncoder
 from assomem_gpu.store import MemoryStore, StoreError
 
-CONFIG = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3))
+CONFIG = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3), sentences=True)
 WORDS = "kiwi banjo violet harbor mango quartz lantern tulip cobalt maple ember falcon".split()
 
 
@@ -99,14 +99,15 @@ def test_a_restart_brings_the_newest_snapshot_up_to_date_without_encoding_anythi
         store.add_sessions("t", [session(f"s{i}", i) for i in range(6)])
     assert [p.name for p in (tmp_path / "snapshots").iterdir()] == ["1-1.npz"]
     store = open_store(tmp_path, snapshot_every_s=None)
-    store.add_sessions("t", [session("new", 9, "a note about the zeppelin museum")])
+    store.add_sessions("t", [session("new", 9, "a note about the zeppelin museum. It opens again next spring")])
     store.add_sessions("t", [session("newer", 10)])
     want = hits(store, "t", ["zeppelin museum", "kiwi banjo"])
     del store  # a crash: no snapshot of the last commits
     counting = CountingEncoder()
     with MemoryStore(tmp_path, counting, CONFIG, device="cpu", snapshot_every_s=None) as again:
         assert hits(again, "t", ["zeppelin museum", "kiwi banjo"]) == want and want[0][0][0] == "new:0"
-        assert counting.texts == 2  # the two questions: the rows hold the new sessions' utterance and clue vectors
+        assert counting.texts == 2  # the two questions: the rows hold the new sessions' utterance, clue and sentence
+        # vectors
         assert again.session_ids("t")[-2:] == ["new", "newer"]
     assert [p.name for p in (tmp_path / "snapshots").iterdir()] == ["1-3.npz"]
 
@@ -183,21 +184,22 @@ def test_background_snapshots_follow_the_writes_and_a_delete_drops_them_before_i
 def test_a_store_opens_clean_of_what_a_crash_left_and_reads_version_2(tmp_path):
     with open_store(tmp_path) as store:
         store.create_tenant("t")
-        store.add_sessions("t", [session(f"s{i}", i) for i in range(5)])
+        store.add_sessions("t", [session(f"s{i}", i, "kiwi banjo violet harbor. The quartz lantern by the tulip")
+                                 for i in range(5)])
         want = hits(store, "t")
     (tmp_path / "snapshots" / ".1-2.npz.x1.tmp").write_bytes(b"half a snapshot")
     (tmp_path / "snapshots" / "7-3.npz").write_bytes(b"the snapshot of a deleted tenant")
     for p in (tmp_path / "snapshots").glob("1-*.npz"):
         p.unlink()
-    db = sqlite3.connect(tmp_path / "store.sqlite")  # back to version 2: no clue vectors, no clue mode
-    db.executescript("ALTER TABLE sessions DROP COLUMN clue; DELETE FROM meta WHERE key = 'clues'; "
-                     "UPDATE meta SET value = '2' WHERE key = 'schema_version';")
+    db = sqlite3.connect(tmp_path / "store.sqlite")  # back to version 2: no clue or sentence vectors, no clue mode
+    db.executescript("ALTER TABLE sessions DROP COLUMN clue; ALTER TABLE utterances DROP COLUMN sentences; "
+                     "DELETE FROM meta WHERE key = 'clues'; UPDATE meta SET value = '2' WHERE key = 'schema_version';")
     db.close()
     with open_store(tmp_path) as store:
         assert list((tmp_path / "snapshots").iterdir()) == []
-        assert hits(store, "t") == want  # clues made again from the text
+        assert hits(store, "t") == want  # clues and sentence vectors made again from the text
     db = sqlite3.connect(tmp_path / "store.sqlite")
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
     db.close()
     with pytest.raises(StoreError, match="centroid"):
         MemoryStore(tmp_path, HashingEncoder(), AssoMemConfig(clue_mode="centroid"), device="cpu")

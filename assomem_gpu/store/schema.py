@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -34,6 +34,8 @@ CREATE TABLE utterances (
     speaker TEXT NOT NULL,
     text TEXT NOT NULL,
     embedding BLOB NOT NULL,  -- float32, the store's dimension
+    sentences BLOB,  -- its sentence vectors (float32, sentences.py), none for one sentence; NULL: made again when
+    -- the index is built
     PRIMARY KEY (session, position),
     UNIQUE (tenant, utterance_id)
 );
@@ -62,6 +64,10 @@ def connect(path: Path) -> sqlite3.Connection:
             db.executescript("BEGIN; ALTER TABLE sessions ADD COLUMN clue BLOB; "
                              "UPDATE meta SET value = '3' WHERE key = 'schema_version'; COMMIT;")
             found = ("3",)
+        if found is not None and found[0] == "3":  # version 3 kept no sentence vectors: they are made again
+            db.executescript("BEGIN; ALTER TABLE utterances ADD COLUMN sentences BLOB; "
+                             "UPDATE meta SET value = '4' WHERE key = 'schema_version'; COMMIT;")
+            found = ("4",)
     except sqlite3.DatabaseError as exc:  # not SQLite, or SQLite without our tables
         db.close()
         raise StoreError(f"{path}: not a memory store ({exc})") from exc

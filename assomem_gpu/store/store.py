@@ -136,7 +136,8 @@ class MemoryStore:
             tenant_id, index = self._index(tenant)
             committed: list[bool] = []
 
-            def commit(records, vectors, clues):
+            def commit(records, vectors, derived):
+                clues, blobs = derived.clue_emb, _sentence_blobs(derived)
                 rows = []
                 for sid, date, turns, meta in records:
                     rows.append((sid, None if math.isnan(date) else date, json.dumps(meta), turns))
@@ -147,9 +148,10 @@ class MemoryStore:
                             "INSERT INTO sessions (tenant, session_id, date, metadata, clue) VALUES (?, ?, ?, ?, ?)",
                             [tenant_id, sid, date, meta, np.asarray(clue, np.float32).tobytes()]).lastrowid
                         self._db.executemany(
-                            "INSERT INTO utterances VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            "INSERT INTO utterances VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                             [(session, p, tenant_id, uid, speaker, text, np.asarray(vectors[lo + p], np.float32)
-                              .tobytes()) for p, (uid, speaker, text) in enumerate(turns)])
+                              .tobytes(), None if blobs is None else blobs[lo + p])
+                             for p, (uid, speaker, text) in enumerate(turns)])
                     self._db.execute("UPDATE tenants SET commits = commits + 1 WHERE id = ?", [tenant_id])
                 committed.append(True)
 
@@ -437,19 +439,21 @@ class MemoryStore:
         if not sessions:
             return index
         with self._db_lock:
-            turns = self._db.execute("SELECT session, utterance_id, speaker, text, embedding FROM utterances "
+            turns = self._db.execute("SELECT session, utterance_id, speaker, text, embedding, sentences FROM utterances "
                                      "WHERE tenant = ? AND session >= ? ORDER BY session, position",
                                      [tenant_id, sessions[0][0]]).fetchall()
         by_session: dict[int, list] = {}
         for row in turns:
             by_session.setdefault(row[0], []).append(row[1:])
         records = [(sid, math.nan if date is None else float(date),
-                    [(u, s, t) for u, s, t, _ in by_session.get(key, [])], json.loads(meta))
+                    [(u, s, t) for u, s, t, _, _ in by_session.get(key, [])], json.loads(meta))
                    for key, sid, date, meta, _ in sessions]
-        vectors = [np.frombuffer(v, np.float32) for key, *_ in sessions for *_, v in by_session.get(key, [])]
+        vectors = [np.frombuffer(v, np.float32) for key, *_ in sessions for *_, v, _ in by_session.get(key, [])]
+        blobs = [b for key, *_ in sessions for *_, b in by_session.get(key, [])]
         clues = None if any(row[4] is None for row in sessions) else \
             np.stack([np.frombuffer(row[4], np.float32) for row in sessions])
-        index._add(records, np.stack(vectors) if vectors else np.zeros((0, self.encoder.dim), np.float32), clues)
+        index._add(records, np.stack(vectors) if vectors else np.zeros((0, self.encoder.dim), np.float32), clues,
+                   sentences=None if any(b is None for b in blobs) else _sentences(blobs, self.encoder.dim))
         return index
 
     def _save(self, tenant_id: int, index: MemoryIndex) -> None:
@@ -511,3 +515,18 @@ def _digest(key: str) -> str:
 def _name(name: Any) -> None:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"tenant: must be a non-empty string, got {name!r}")
+
+
+def _sentence_blobs(derived) -> list[bytes] | None:
+    """Each utterance's sentence vectors as stored (float32 bytes, empty for one sentence); None without them."""
+    if derived.sentence_counts is None:
+        return None
+    ends = np.cumsum(derived.sentence_counts)
+    return [derived.sentences[end - n : end].tobytes() for n, end in zip(derived.sentence_counts.tolist(), ends)]
+
+
+def _sentences(blobs: list[bytes], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, vectors) of stored sentence vectors (``_sentence_blobs``)."""
+    parts = [np.frombuffer(b, np.float32).reshape(-1, dim) for b in blobs]
+    return (np.array([len(p) for p in parts], np.int32),
+            np.concatenate(parts) if parts else np.zeros((0, dim), np.float32))
