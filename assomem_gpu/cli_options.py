@@ -73,12 +73,13 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
                         "alone (sentences.py; off by default until measured at 2,500 sessions)")
     a.add_argument("--fixed-weights", action="store_true", help="ablation: equal signal weights, no CMI")
     a.add_argument("--weights", help="fusion weights and the config they were calibrated with (python -m "
-                   "assomem_gpu.calibrate); that config replaces the options above, except --no-* ablations")
+                   "assomem_gpu.calibrate); that config replaces the options above, except --no-* ablations "
+                   "and --sentences")
 
 
 def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = None) -> AssoMemConfig:
     """The config the options describe; with ``base`` (from a weights file) that saved config is used as it is,
-    except for the ``--no-*`` ablations."""
+    except for the ``--no-*`` ablations and ``--sentences`` (which turns sentence passages on)."""
     if base is not None:
         return replace(base, signals=tuple(s for s in base.signals if not getattr(args, f"no_{s}", False)),
                        clues=base.clues and not args.no_clues, sentences=base.sentences or args.sentences)

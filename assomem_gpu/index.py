@@ -190,10 +190,11 @@ class MemoryIndex:
         """Add sessions (``Session`` records or dicts of the same fields). Their utterances are embedded as
         ``"<speaker>: <text>"`` in batches (after the encoder's passage prompt, ``encode.prompted``), unless
         ``embeddings`` gives one row per utterance (all sessions' utterances in order, read with the same prompt; rows
-        are L2-normalised); each session's clue is made and embedded. Raises before any
-        change if any session is bad. ``journal(records, vectors, derived)`` (``state.Derived``: clue and sentence
-        vectors among it), when given, runs under the write lock once every check has passed and before the index changes (a store commits the write there): if it
-        raises, nothing changes."""
+        are L2-normalised); each session's clue is made and embedded, and with ``config.sentences`` each utterance's
+        sentences (also when ``embeddings`` are given). Raises before any change if any session is bad.
+        ``journal(records, vectors, derived)`` (``state.Derived``: the clue and sentence vectors among it), when
+        given, runs under the write lock once every check has passed and before the index changes (a store commits
+        the write there): if it raises, nothing changes."""
         records = [_session(s, f"sessions[{i}]", self.dated) for i, s in enumerate(_listed(sessions, "sessions"))]
         _no_duplicates(records)
         n = sum(len(r[2]) for r in records)

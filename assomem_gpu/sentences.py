@@ -3,10 +3,11 @@
 A turn often carries its fact in one clause beside an unrelated request ("Can you suggest recipes? By the way, I
 replaced my kitchen faucet last Sunday"); one vector for the whole turn blurs that clause, a vector per sentence keeps
 it. Sentences end at ``.``, ``!`` or ``?`` before white space, or at a line break; a piece of fewer than
-``MIN_WORDS`` words joins the sentence before it ("Thanks!"), and an utterance keeps its first ``MAX_SENTENCES``: the
-maximum over more passages is larger by chance alone, so a long turn would gain by its length (and cost its encoding);
-8 was chosen among 4, 8, 12 and 32 by cross-validation on the dev data (README, Results, "Sentence passages"). A
-single-sentence utterance has no sentence vectors: its own vector is its only passage.
+``MIN_WORDS`` words joins the sentence before it ("Thanks!"), or the one after it where none is before ("Sure!"), and
+an utterance keeps its first ``MAX_SENTENCES``: the maximum over more passages is larger by chance alone, so a long
+turn would gain by its length (and cost its encoding); 8 was picked among 4, 8, 12 and 32 on the dev figures (the
+fusion cross-validated; README, Results, "Sentence passages"). A single-sentence utterance has no sentence vectors:
+its own vector is its only passage. Vectors stored under other rules (``SENTENCES_VERSION``) are embedded again.
 """
 from __future__ import annotations
 
@@ -17,21 +18,25 @@ import numpy as np
 
 MIN_WORDS = 4  # a shorter piece joins the sentence before it
 MAX_SENTENCES = 8  # per utterance: its first 8 (see above)
+SENTENCES_VERSION = 1  # of the rules above: raise it when they change, so stored vectors are made again
 _END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def split(text: str, limit: int = MAX_SENTENCES) -> list[str]:
     """``text``'s first ``limit`` sentences (see the module docstring); one or none means it is not split."""
     out: list[str] = []
+    opening = ""  # short pieces before the first sentence, waiting for it ("Sure! I can help with that.")
     for piece in _END.split(text):
         piece = piece.strip()
         if not piece:
             continue
-        if out and len(piece.split()) < MIN_WORDS:
+        if len(piece.split()) >= MIN_WORDS:
+            out.append(piece if out or not opening else f"{opening} {piece}")
+        elif out:
             out[-1] += " " + piece
         else:
-            out.append(piece)
-    return out[:limit]
+            opening = f"{opening} {piece}" if opening else piece
+    return out[:limit] if out else [opening] if opening else []
 
 
 def sentence_texts(speakers: Sequence[str], texts: Sequence[str], limit: int = MAX_SENTENCES

@@ -22,7 +22,7 @@ from .graph import ClueState, MemoryGraph, UttSearch, assemble, build_graph, gro
 from .ivf import Codebook
 from .memory import MemoryBank
 from .rows import Rows
-from .sentences import rows_of, sentence_texts, starts_of
+from .sentences import SENTENCES_VERSION, rows_of, sentence_texts, starts_of
 from .signals.context import context_norms
 from .signals.lexical import BM25Index, TermCounts
 from .signals.temporal import TIME_MARKS_VERSION, time_mark, windows
@@ -33,10 +33,10 @@ Turn = tuple[str, str, str]  # (utterance id, speaker, text)
 @dataclass(frozen=True)
 class Derived:
     """What a write derives from its sessions' texts and vectors alone: each session's clue embedding, and each
-    utterance's time mark, BM25 term counts and context norm. No other session changes it, so a caller that
-    builds many memories of shared sessions (benchmark haystacks) derives it once per session and gives each memory
-    its ``select`` (the same index as a build of the memory's sessions, for an encoder that embeds a clue text and a
-    sentence alike in any batch)."""
+    utterance's time mark, BM25 term counts, context norm and sentence vectors. No other session changes it, so a
+    caller that builds many memories of shared sessions (benchmark haystacks) derives it once per session and gives
+    each memory its ``select`` (the same index as a build of the memory's sessions, for an encoder that embeds a clue
+    text and a sentence alike in any batch)."""
 
     clue_emb: np.ndarray  # (sessions, dim) float32
     time_marks: np.ndarray  # (utterances,) int8: how each anchors events in time (``signals.temporal.time_mark``)
@@ -101,7 +101,7 @@ class MemoryState:
 
     @property
     def sentence_counts(self) -> np.ndarray:
-        """Per utterance: its sentence vectors (int32; 0 for a single sentence, and all 0 without
+        """Per utterance: how many sentence vectors it has (int32; 0 for a single sentence, and all 0 without
         ``config.sentences``)."""
         return self._sentence_counts.view
 
@@ -155,6 +155,11 @@ class MemoryState:
         order); ``derived``: ``derive`` of them (made here when None, before any change)."""
         if derived is None:
             derived = self.derive(sessions, emb)
+        if self.sentences is not None:
+            counts, n = derived.sentence_counts, sum(len(turns) for _, _, turns, _ in sessions)
+            if counts is None or len(counts) != n or int(np.sum(counts)) != len(derived.sentences):
+                raise ValueError("derived: its sentence vectors do not fit these sessions (derived without them, or "
+                                 "for other sessions)")
         # nothing below fails on valid input
         self.version += 1
         first = self.bank.n_sessions
@@ -245,7 +250,8 @@ class MemoryState:
         if self.context is not None:
             arrays["context_norms"] = self.context.view
         if self.sentences is not None:
-            arrays.update(sentence_counts=self.sentence_counts, sentence_emb=self.sentences.view)
+            arrays.update(sentence_counts=self.sentence_counts, sentence_emb=self.sentences.view,
+                          sentences_version=np.array([SENTENCES_VERSION]))
         return documents, arrays
 
     @classmethod
@@ -278,12 +284,15 @@ class MemoryState:
             norms = arrays.get("context_norms")
             state.context = Rows(dtype=np.float32, data=norms if norms is not None else context_norms(
                 bank.offset_array, state.emb.view, config.context_window))
-        if state.sentences is not None and "sentence_counts" in arrays:
+        if state.sentences is not None and "sentence_counts" in arrays \
+                and arrays.get("sentences_version", np.array([0])).tolist() == [SENTENCES_VERSION]:
             state._sentence_counts = Rows(dtype=np.int32, data=arrays["sentence_counts"])
             state.sentences = Rows((state.dim,), data=arrays["sentence_emb"])
-        elif state.sentences is not None:  # a snapshot written before sentence vectors: embedded again
+        elif state.sentences is not None:  # a snapshot written before sentence vectors, or under other rules: made
+            # again
             counts, vectors = state._embed_sentences(bank)
-            state._sentence_counts, state.sentences = Rows(dtype=np.int32, data=counts), Rows((state.dim,), data=vectors)
+            state._sentence_counts = Rows(dtype=np.int32, data=counts)
+            state.sentences = Rows((state.dim,), data=vectors)
         else:
             state._sentence_counts = Rows(dtype=np.int32, data=np.zeros(bank.n_utterances, np.int32))
         if bank.n_sessions:

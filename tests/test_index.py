@@ -200,6 +200,10 @@ def test_save_and_load_give_identical_rankings(tmp_path):
     write(tmp_path / "without_sentences.npz", documents, arrays)
     older = MemoryIndex.load(tmp_path / "without_sentences.npz", encoder=HashingEncoder(), device="cpu")
     assert fingerprint(older) == fingerprint(index) and results(older) == results(index)
+    write(tmp_path / "other_rules.npz", documents, {**arrays, "sentence_counts": counts, "sentences_version": np.array(
+        [0]), "sentence_emb": np.zeros((counts.sum(), index.dim), np.float32)})  # made under other rules: again
+    older = MemoryIndex.load(tmp_path / "other_rules.npz", encoder=HashingEncoder(), device="cpu")
+    assert fingerprint(older) == fingerprint(index) and results(older) == results(index)
     stale = {**arrays, "time_marks": np.zeros_like(arrays["time_marks"])}  # marks of other rules: made again
     for name, version in (("version_1", None), ("version_0", np.array([0]))):
         if version is None:

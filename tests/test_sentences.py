@@ -16,7 +16,11 @@ def test_sentences_end_at_stops_and_line_breaks_and_short_pieces_join_the_one_be
         "Can you suggest recipes?", "By the way, I replaced my faucet last Sunday."]
     assert split("I moved to Berlin in May. Thanks! See you.\nNext week I start my new job") == [
         "I moved to Berlin in May. Thanks! See you.", "Next week I start my new job"]
-    assert split("Dr. Smith said so") == ["Dr. Smith said so"]  # a piece under four words joins the one before
+    assert split("Dr. Smith said he would call me back tomorrow.") == [  # a short first piece joins the one after
+        "Dr. Smith said he would call me back tomorrow."]
+    assert split("Sure! Yes! I can help with that request. It will not take long.") == [
+        "Sure! Yes! I can help with that request.", "It will not take long."]
+    assert split("Thanks! Bye.") == ["Thanks! Bye."]
     assert split("version 3.2 is out") == ["version 3.2 is out"]  # no space after the stop: no end
     assert split("") == [] and split("  \n ") == []
     assert len(split(" ".join(f"this is sentence {i}." for i in range(100)))) == MAX_SENTENCES
@@ -78,3 +82,19 @@ def test_an_index_ranks_a_fact_said_in_passing_by_its_sentence():
     bare = MemoryIndex(None, AssoMemConfig(clue_mode="centroid", sentences=True), dim=8, device="cpu")
     bare.add_sessions(sessions, embeddings=np.eye(8, dtype=np.float32)[:2])
     assert bare._state.sentence_counts.tolist() == [0, 0] and len(bare._state.sentences.view) == 0
+
+
+def test_sentence_vectors_that_do_not_fit_the_sessions_change_nothing():
+    from assomem_gpu.index import _session
+
+    index = MemoryIndex(HashingEncoder(), AssoMemConfig(sentences=True), device="cpu")
+    index.add_sessions([Session("a", 1.0, [Utterance("one sentence here. And another sentence here", "user")])])
+    records = [_session(Session("b", 2.0, [Utterance("first sentence is here. The second sentence is here", "u")]),
+                        "s", True)]
+    emb = HashingEncoder().encode(["u: first sentence is here. The second sentence is here"])
+    without = MemoryIndex(HashingEncoder(), AssoMemConfig(), device="cpu")._state.derive(records, emb)
+    before = index._state.to_snapshot()
+    with pytest.raises(ValueError, match="sentence vectors"):
+        index._add(records, emb, derived=without)
+    after = index._state.to_snapshot()
+    assert before[0] == after[0] and all(np.array_equal(before[1][k], after[1][k]) for k in before[1])

@@ -205,6 +205,26 @@ def test_a_store_opens_clean_of_what_a_crash_left_and_reads_version_2(tmp_path):
         MemoryStore(tmp_path, HashingEncoder(), AssoMemConfig(clue_mode="centroid"), device="cpu")
 
 
+def test_sentence_vectors_stored_under_other_rules_are_made_again(tmp_path):
+    with open_store(tmp_path) as store:
+        store.create_tenant("t")
+        store.add_sessions("t", [session(f"s{i}", i, "kiwi banjo violet harbor. The quartz lantern by the tulip")
+                                 for i in range(4)])
+        want = hits(store, "t")
+    for p in (tmp_path / "snapshots").glob("*.npz"):
+        p.unlink()
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    db.executescript("UPDATE meta SET value = '0' WHERE key = 'sentences_version'; "
+                     "UPDATE utterances SET sentences = zeroblob(length(sentences));")  # other rules' vectors
+    db.close()
+    with open_store(tmp_path) as store:
+        assert hits(store, "t") == want
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key = 'sentences_version'").fetchone() == ("1",)
+    assert db.execute("SELECT count(*) FROM utterances WHERE sentences IS NULL").fetchone() == (12,)
+    db.close()
+
+
 def test_deleted_sessions_and_tenants_leave_no_byte_in_any_file(tmp_path):
     secret = "my locker code is quetzalcoatl-7731"
     store = open_store(tmp_path)

@@ -32,6 +32,7 @@ from ..encode import DEFAULT_MODEL, Encoder, prompted, text_encoder
 from ..fusion import FusionModel, default_fusion
 from ..index import Answer, MemoryIndex, Session
 from ..llm import LLM
+from ..sentences import SENTENCES_VERSION
 from ..snapshot import SnapshotError
 from .schema import StoreError, connect
 
@@ -70,6 +71,7 @@ class MemoryStore:
         self._writing: dict[str, threading.Lock] = {}
         self._behind: set[str] = set()  # loaded tenants whose newest snapshot is older than their last commit
         self._check_encoder()
+        self._check_sentence_rules()
         self._sweep()
         with self._db_lock:  # every key's digest -> its tenant: the store is the only writer of its directory
             self._keys: dict[str, str] = dict(self._db.execute(
@@ -309,6 +311,18 @@ class MemoryStore:
                                  f"with config.clue_mode {clues!r}")
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('clues', ?)", [clues])
 
+    def _check_sentence_rules(self) -> None:
+        """Drop stored sentence vectors made under other rules (``sentences.SENTENCES_VERSION``): a build embeds
+        them again."""
+        with self._db_lock:
+            held = self._db.execute("SELECT value FROM meta WHERE key = 'sentences_version'").fetchone()
+            if held is None or held[0] != str(SENTENCES_VERSION):
+                with self._transaction():
+                    if held is not None:
+                        self._db.execute("UPDATE utterances SET sentences = NULL")
+                    self._db.execute("INSERT OR REPLACE INTO meta VALUES ('sentences_version', ?)",
+                                     [str(SENTENCES_VERSION)])
+
     def _tenant(self, name: str) -> threading.Lock:
         _name(name)
         with self._lock:
@@ -422,8 +436,9 @@ class MemoryStore:
     def _load(self, tenant_id: int) -> MemoryIndex:
         """The tenant's index: its newest snapshot with the sessions committed since added to it, else rebuilt from
         the rows. A snapshot never holds a session deleted after it (a delete removes the tenant's snapshots before it
-        commits), so what the rows hold beyond a snapshot is only newer sessions; rows of vectors and clue vectors, so
-        nothing is encoded again (but clues of rows from a version-2 store)."""
+        commits), so what the rows hold beyond a snapshot is only newer sessions; rows of vectors, clue vectors and
+        sentence vectors, so nothing is encoded again (but the clues of rows from a version-2 store, and the sentence
+        vectors of rows from a version-2 or 3 store, written without them, or under other sentence rules)."""
         index = self._newest_snapshot(tenant_id)
         with self._db_lock:
             sessions = self._db.execute("SELECT id, session_id, date, metadata, clue FROM sessions WHERE tenant = ? "
@@ -439,8 +454,8 @@ class MemoryStore:
         if not sessions:
             return index
         with self._db_lock:
-            turns = self._db.execute("SELECT session, utterance_id, speaker, text, embedding, sentences FROM utterances "
-                                     "WHERE tenant = ? AND session >= ? ORDER BY session, position",
+            turns = self._db.execute("SELECT session, utterance_id, speaker, text, embedding, sentences "
+                                     "FROM utterances WHERE tenant = ? AND session >= ? ORDER BY session, position",
                                      [tenant_id, sessions[0][0]]).fetchall()
         by_session: dict[int, list] = {}
         for row in turns:
