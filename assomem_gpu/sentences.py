@@ -5,7 +5,7 @@ replaced my kitchen faucet last Sunday"); one vector for the whole turn blurs th
 it. Sentences end at ``.``, ``!`` or ``?`` before white space, or at a line break; a piece of fewer than
 ``MIN_WORDS`` words joins the sentence before it ("Thanks!"), or the one after it where none is before ("Sure!"), and
 an utterance keeps its first ``MAX_SENTENCES``: the maximum over more passages is larger by chance alone, so a long
-turn would gain by its length (and cost its encoding); 8 was picked among 4, 8, 12 and 32 on the dev figures (the
+turn would gain by its length (and cost its encoding); 4 was picked among 4, 8, 12 and 32 on the dev figures (the
 fusion cross-validated; README, Results, "Sentence passages"). A single-sentence utterance has no sentence vectors:
 its own vector is its only passage. Vectors stored under other rules (``SENTENCES_VERSION``) are embedded again.
 """
@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 MIN_WORDS = 4  # a shorter piece joins the sentence before it
-MAX_SENTENCES = 8  # per utterance: its first 8 (see above)
+MAX_SENTENCES = 4  # per utterance: its first 4 (see above)
 SENTENCES_VERSION = 1  # of the rules above: raise it when they change, so stored vectors are made again
 _END = re.compile(r"(?<=[.!?])\s+|\n+")
 
