@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-MIN_WORDS = 4  # a shorter piece joins the sentence before it
+MIN_WORDS = 4  # a shorter piece joins the sentence before it (after it, where none is before)
 MAX_SENTENCES = 4  # per utterance: its first 4 (see above)
 SENTENCES_VERSION = 1  # of the rules above: raise it when they change, so stored vectors are made again
 _END = re.compile(r"(?<=[.!?])\s+|\n+")

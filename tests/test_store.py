@@ -181,12 +181,17 @@ def test_background_snapshots_follow_the_writes_and_a_delete_drops_them_before_i
         open_store(tmp_path, snapshot_every_s=0)
 
 
-def test_a_store_opens_clean_of_what_a_crash_left_and_reads_version_2(tmp_path):
+def two_sentence_tenant(tmp_path, n: int) -> list:
+    """A store with tenant "t" of ``n`` sessions whose first turns have two sentences; its hits."""
     with open_store(tmp_path) as store:
         store.create_tenant("t")
         store.add_sessions("t", [session(f"s{i}", i, "kiwi banjo violet harbor. The quartz lantern by the tulip")
-                                 for i in range(5)])
-        want = hits(store, "t")
+                                 for i in range(n)])
+        return hits(store, "t")
+
+
+def test_a_store_opens_clean_of_what_a_crash_left_and_reads_version_2(tmp_path):
+    want = two_sentence_tenant(tmp_path, 5)
     (tmp_path / "snapshots" / ".1-2.npz.x1.tmp").write_bytes(b"half a snapshot")
     (tmp_path / "snapshots" / "7-3.npz").write_bytes(b"the snapshot of a deleted tenant")
     for p in (tmp_path / "snapshots").glob("1-*.npz"):
@@ -206,11 +211,7 @@ def test_a_store_opens_clean_of_what_a_crash_left_and_reads_version_2(tmp_path):
 
 
 def test_sentence_vectors_stored_under_other_rules_are_made_again(tmp_path):
-    with open_store(tmp_path) as store:
-        store.create_tenant("t")
-        store.add_sessions("t", [session(f"s{i}", i, "kiwi banjo violet harbor. The quartz lantern by the tulip")
-                                 for i in range(4)])
-        want = hits(store, "t")
+    want = two_sentence_tenant(tmp_path, 4)
     for p in (tmp_path / "snapshots").glob("*.npz"):
         p.unlink()
     db = sqlite3.connect(tmp_path / "store.sqlite")
