@@ -142,8 +142,9 @@ def _records(bank: MemoryBank, sessions: Sequence[int], dates: Sequence[float] |
 
 def relevance_only(config: AssoMemConfig, graph: dict | None = None, **changes) -> AssoMemConfig:
     """``config`` ranking by relevance alone, its candidates the two-step cut's (no dense pool: with one, ranking by
-    relevance would give flat-dense's top), with ``changes`` and the ``graph`` changes to its graph config."""
-    return replace(config, **{"signals": ("relevance",), "dense_pool": 0, **changes},
+    relevance would give flat-dense's top), each utterance's relevance its own cosine (no sentence passages, as in
+    the paper), with ``changes`` and the ``graph`` changes to its graph config."""
+    return replace(config, **{"signals": ("relevance",), "dense_pool": 0, "sentences": False, **changes},
                    graph=replace(config.graph, **(graph or {})))
 
 

@@ -38,6 +38,7 @@ from .memory import Dataset, Memory, MemoryBank, Question
 from .reference import reference_top
 from .retrieve import EmbeddedDataset
 from .rss import peak_rss_mb
+from .sentences import sentence_texts
 
 DAY = 86_400.0
 
@@ -152,14 +153,14 @@ def ppr_against_floor(backend: Backend, graph, config: AssoMemConfig, b: int = 1
 
 
 def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_single: int, n_reference: int,
-                encoder: TimedEncoder, question_encoder) -> dict:
+                encoder: TimedEncoder, question_encoder, config: AssoMemConfig) -> dict:
     """``encoder`` embeds the memory's clue texts and added sessions (timed apart); ``question_encoder`` (the bundled
-    MiniLM) embeds free-text questions and, for the figure of an add's encoding, the added sessions."""
+    MiniLM) embeds free-text questions and, for the figure of an add's encoding, the added sessions (their
+    utterances, sentences and clue)."""
     keyword_clue(["warm up"])  # the word frequencies load once
     if question_encoder is not None:
         question_encoder.encode(["warm up"])  # and the encoder's weights
     rng = np.random.default_rng(1)
-    config = AssoMemConfig()
     signals = config.signals
     fusion = FusionModel(list(signals), ["a", "b"], rng.random((2, len(signals))), 0.2,
                          rng.normal(size=(2, data.questions.shape[1])).astype(np.float32), np.zeros(2, np.float32))
@@ -230,12 +231,15 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
         encoder.seconds = 0.0
         add_ms.append(1000 * (_timed(lambda: index.add_sessions([added[-1]])) - encoder.seconds))
         remove_ms.append(1000 * _timed(lambda: index.remove_sessions([ds.bank.session_ids[3 * i + 1]])))
-    for session in added if question_encoder else ():  # what the bundled MiniLM takes to embed a session and its clue
-        texts_of = [f"user: {u.text}" for u in session.utterances]
+    for session in added if question_encoder else ():  # what the bundled MiniLM takes to embed a session, its
+        # sentences and its clue
+        turns_of = [f"user: {u.text}" for u in session.utterances]
+        texts_of = turns_of + (sentence_texts(["user"] * len(turns_of), [u.text for u in session.utterances])[0]
+                               if config.sentences else [])
         add_encode_ms.append(1000 * _timed(lambda: question_encoder.encode(prompted(question_encoder, "passage",
                                                                                     texts_of))))
         add_encode_ms[-1] += 1000 * _timed(lambda: question_encoder.encode(
-            prompted(question_encoder, "passage", [f"topic: {keyword_clue(texts_of)}"])))
+            prompted(question_encoder, "passage", [f"topic: {keyword_clue(turns_of)}"])))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "index.npz"
         save_s = _timed(lambda: index.save(path))
@@ -305,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 16, 256, 1024])
     p.add_argument("--single", type=int, default=100, help="questions timed one at a time")
     p.add_argument("--reference", type=int, default=20, help="questions also ranked by the networkx reference")
+    p.add_argument("--no-sentences", action="store_true",
+                   help="the default config without sentence passages (what they cost; a synthetic utterance is one "
+                        "sentence, so only real data shows it)")
     p.add_argument("--output", help="JSON results (default out/bench_<device>.json)")
     args = p.parse_args(argv)
     try:
@@ -332,10 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     else:  # made one at a time, smallest first, so that each scale's peak memory is its own
         datasets = ((data, SyntheticEncoder(data)) for data in
                     (synthetic_memory(n, max(args.batches + [args.single])) for n in sorted(args.sessions)))
-    scales = []
+    config, scales = AssoMemConfig(sentences=not args.no_sentences), []
     for data, encoder in datasets:
         result = bench_scale(data, backend, args.batches, args.single, args.reference, TimedEncoder(encoder),
-                             question_encoder)
+                             question_encoder, config)
         scales.append({"dataset": data.dataset.name, **result})
         print(json.dumps(scales[-1]))
     slopes = growth(scales)
@@ -344,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{k} {v}" for k, v in step["slopes"].items()))
     out = Path(args.output or f"out/bench_{backend.name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({**backend.describe(), "config": AssoMemConfig().to_json(), "scales": scales,
+    out.write_text(json.dumps({**backend.describe(), "config": config.to_json(), "scales": scales,
                                "growth": slopes}, indent=1) + "\n")
     print(f"wrote {out}")
     return 0

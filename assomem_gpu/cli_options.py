@@ -68,21 +68,21 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
     for name in ("temporal", "importance", "lexical", "context", "session"):
         a.add_argument(f"--no-{name}", action="store_true", help=f"ablation: drop the {name} signal")
     a.add_argument("--no-clues", action="store_true", help="ablation: no clue nodes; all utterances are candidates")
-    a.add_argument("--sentences", action="store_true",
-                   help="a candidate's relevance is its best passage's: itself or one of its sentences, each embedded "
-                        "alone (sentences.py; off by default until measured at 2,500 sessions)")
+    a.add_argument("--no-sentences", action="store_true",
+                   help="ablation: a candidate's relevance is its own vector's only, not its best passage's (itself or "
+                        "one of its sentences, each embedded alone: sentences.py)")
     a.add_argument("--fixed-weights", action="store_true", help="ablation: equal signal weights, no CMI")
     a.add_argument("--weights", help="fusion weights and the config they were calibrated with (python -m "
-                   "assomem_gpu.calibrate); that config replaces the options above, except --no-* ablations "
-                   "and --sentences")
+                   "assomem_gpu.calibrate); that config replaces the options above, except the --no-* "
+                   "ablations")
 
 
 def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = None) -> AssoMemConfig:
     """The config the options describe; with ``base`` (from a weights file) that saved config is used as it is,
-    except for the ``--no-*`` ablations and ``--sentences`` (which turns sentence passages on)."""
+    except for the ``--no-*`` ablations."""
     if base is not None:
         return replace(base, signals=tuple(s for s in base.signals if not getattr(args, f"no_{s}", False)),
-                       clues=base.clues and not args.no_clues, sentences=base.sentences or args.sentences)
+                       clues=base.clues and not args.no_clues, sentences=base.sentences and not args.no_sentences)
     if args.folds < 2:
         raise ValueError("--folds must be at least 2")
     signals = tuple(s for s in SIGNALS if not getattr(args, f"no_{s}", False))
@@ -97,7 +97,7 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
                              lexical_pool=args.lexical_pool, dense_pool=args.dense_pool,
                              clue_mix=args.clue_mix, damping=args.damping, ppr_hops=args.ppr_hops,
                              query_probe=args.query_probe, context_window=args.context_window,
-                             sentences=args.sentences, temperature=args.temperature,
+                             sentences=not args.no_sentences, temperature=args.temperature,
                              weight_temperature=args.weight_temperature, bin_edges=tuple(args.bin_edges))
     except ValueError as exc:
         raise ValueError(re.sub(r"(?:AssoMemConfig|GraphConfig)\.(\w+)",

@@ -123,6 +123,7 @@ def test_hybrid_baselines_use_relevance_only():
         m = make_assomem(name, AssoMemConfig(), HashingEncoder())
         assert m.config.signals == ("relevance",) and not m.needs_calibration and m.name == name
         assert m.config.dense_pool == 0  # the two-step cut alone (with the dense top, they would be flat-dense)
+        assert not m.config.sentences  # the paper's relevance: the utterance's own cosine
     topics = make_assomem("topic-grouping", AssoMemConfig(graph=GraphConfig(delta=0.8, gamma=0.6)), HashingEncoder())
     assert (topics.config.graph.clue_merge, topics.config.graph.delta, topics.config.graph.gamma) == ("components", 0.8,
                                                                                                    0.6)

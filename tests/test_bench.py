@@ -22,6 +22,7 @@ def test_bench_runs_two_sizes_and_reports_their_growth(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert [s["sessions"] for s in result["scales"]] == [40, 80]  # smallest first
+    assert result["config"]["sentences"]  # the default config, sentence passages on
     assert all(s["after_writes_equals_rebuild"] and s["load_equals_saved"] for s in result["scales"])
     [step] = result["growth"]
     assert {"build_s", "single_p50_ms", "qps_B4"} <= set(step["slopes"])

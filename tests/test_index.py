@@ -32,7 +32,7 @@ def random_sessions(seed: int, n: int, prefix: str = "s") -> list[Session]:
 
 
 def make_index(config=None, **kw) -> MemoryIndex:
-    config = config or AssoMemConfig(top_clues=2, min_candidates=3, dense_pool=3, sentences=True,
+    config = config or AssoMemConfig(top_clues=2, min_candidates=3, dense_pool=3,
                                      graph=GraphConfig(delta=0.5, gamma=0.3))
     return MemoryIndex(HashingEncoder(), config, fixed_weights(config.signals), device="cpu", **kw)
 
@@ -79,7 +79,7 @@ def assert_same(a: MemoryIndex, b: MemoryIndex):
                                                         ("keywords", False, "components"),
                                                         ("centroid", False, "components")])
 def test_adds_and_removes_equal_a_fresh_build(clue_mode, clues, clue_merge):
-    config = AssoMemConfig(clue_mode=clue_mode, clues=clues, top_clues=2, min_candidates=3, sentences=True,
+    config = AssoMemConfig(clue_mode=clue_mode, clues=clues, top_clues=2, min_candidates=3,
                            graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3, clue_merge=clue_merge))
     sessions = random_sessions(0, 30)
     grown = make_index(config)
@@ -458,8 +458,7 @@ def test_the_device_path_ranks_like_the_cpu_path(probed):
     device_like = dataclasses.replace(
         cpu, name="cuda-like", ppr=functools.partial(personalized_pagerank, check_every=4), fused_topk=fused_topk_cuda,
         top_k=lambda s, k: np.argsort(-np.nan_to_num(s, nan=-np.inf), axis=-1, kind="stable")[..., :k], _uploads={})
-    config = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3), tol=1e-9,
-                           sentences=True)
+    config = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3), tol=1e-9)
     if probed:
         config = dataclasses.replace(PROBED, query_probe=1, tol=1e-9)
     indexes = [MemoryIndex(HashingEncoder(), config, fixed_weights(config.signals), device=b)
@@ -489,7 +488,7 @@ def test_the_device_path_ranks_like_the_cpu_path(probed):
 def test_an_index_past_its_exact_limit_grows_saves_and_loads_exactly(tmp_path):
     """Above ``exact_limit`` utterances the similarity edges come from an inverted file: adds still equal a fresh
     build (the codebook is trained on the same first rows), and a saved index loads with its codebook and probes."""
-    config = AssoMemConfig(top_clues=2, min_candidates=3, sentences=True,
+    config = AssoMemConfig(top_clues=2, min_candidates=3,
                            graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3, exact_limit=20, list_size=8,
                                              n_probe=2))
 
@@ -517,7 +516,7 @@ def test_an_index_past_its_exact_limit_grows_saves_and_loads_exactly(tmp_path):
     same_search(loaded, fresh)
 
 
-PROBED = AssoMemConfig(top_clues=2, min_candidates=3, sentences=True,
+PROBED = AssoMemConfig(top_clues=2, min_candidates=3,
                        graph=GraphConfig(delta=0.5, gamma=0.3, max_neighbors=3, exact_limit=40, list_size=8))
 
 
@@ -672,7 +671,7 @@ def test_a_config_saved_before_leader_clues_merges_by_components_and_the_shipped
     del saved["graph"]["clue_merge"]
     assert AssoMemConfig.from_json(saved).graph.clue_merge == "components"
     assert AssoMemConfig().graph.clue_merge == "leaders"
-    assert AssoMemConfig.from_json({**saved, "sentences": True}).sentences
+    assert AssoMemConfig().sentences and AssoMemConfig.from_json(saved).sentences
     del saved["sentences"]  # and before sentence passages, without them
     assert not AssoMemConfig.from_json(saved).sentences
     with pytest.raises(ValueError, match="sentences"):

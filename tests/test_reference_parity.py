@@ -48,8 +48,8 @@ def weights(signals, rng):
                   graph=GraphConfig(delta=0.6, gamma=0.3, clue_merge="leaders")),
     AssoMemConfig(clue_mode="centroid", clues=False, graph=GraphConfig(gamma=0.2, adjacency_weight=0.0)),
     AssoMemConfig(clue_mode="keywords", top_clues=3, min_candidates=0, graph=GraphConfig(gamma=0.4, max_neighbors=3),
-                  sentences=True),
-], ids=["clues", "leader-clues", "no-clues", "keywords"])
+                  sentences=False),
+], ids=["clues", "leader-clues", "no-clues", "keywords-no-sentences"])
 def test_top10_matches_reference_on_random_memories(tmp_path, seed, config):
     enc = HashingEncoder()
     data = EmbeddedDataset.build(load_dataset(f"longmemeval:{random_memories(tmp_path, seed)}"), enc)
@@ -72,7 +72,7 @@ def test_top10_matches_reference_on_real_memories():
     types = sorted({q.type for q in data.dataset.questions})
     fusion = FusionModel(list(SIGNALS), types, rng.random((len(types), len(SIGNALS))), 0.2,
                          rng.normal(size=(len(types), 256)).astype(np.float32), np.zeros(len(types), np.float32))
-    method = AssoMem(AssoMemConfig(sentences=True), fusion, enc)
+    method = AssoMem(AssoMemConfig(), fusion, enc)
     fast = method.rank(data, [0, 1, 2, 3], depth=10)
     agree = sum(list(r[:10]) == reference_top(data, q, method, fusion) for q, r in enumerate(fast))
     assert agree == 4

@@ -15,7 +15,7 @@ from assomem_gpu import AssoMemConfig, GraphConfig
 from assomem_gpu.encode import HashingEncoder
 from assomem_gpu.store import MemoryStore, StoreError
 
-CONFIG = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3), sentences=True)
+CONFIG = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3))
 WORDS = "kiwi banjo violet harbor mango quartz lantern tulip cobalt maple ember falcon".split()
 
 

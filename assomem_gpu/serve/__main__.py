@@ -1,7 +1,8 @@
 """``python -m assomem_gpu.serve --data DIR``: the memory service on uvicorn.
 
 The admin key comes from ``--admin-key`` or ``$ASSOMEM_ADMIN_KEY``. The store's encoder, config and device are the
-store's defaults unless given (the clue merge: leaders, see ``--clue-merge``).
+store's defaults unless given (the clue merge: leaders, see ``--clue-merge``; sentence passages on, see
+``--no-sentences``).
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="how δ-similar session clues merge (leaders: no chains, so a growing memory keeps small clues "
                         "and a search's cost bounded; components: the paper's, whose chains can join most of a dense "
                         "memory into one clue and make every search read most of it)")
+    p.add_argument("--no-sentences", action="store_true",
+                   help="relevance from each utterance's own vector only, not also its sentences' (sentences.py): an "
+                        "add encodes about a quarter as many texts, a search reads fewer vectors, retrieval is worse")
     p.add_argument("--llm", default="smollm2",
                    help="LLM of /v1/answer (loaded on the first answer): smollm2 (needs the llm extra), "
                         "hf:<model>[::<gguf>], openai:<url>#<model>")
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.encoder != "hashing":  # chosen once, printed, then built as chosen
             runtime, why = model_runtime(args.encoder, runtime=runtime)
             print(f"encoder runtime: {runtime} ({why})", file=sys.stderr)
-        config = AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge))
+        config = AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge), sentences=not args.no_sentences)
         encoder = make_encoder(args.encoder, cache=False, runtime=runtime, prompts=prompt_options(args))
         store = MemoryStore(args.data, encoder, config, device=args.device,
                             dated=not args.undated, max_loaded=args.max_loaded,
