@@ -1,17 +1,18 @@
-"""``python -m assomem_gpu.bench``: latency and throughput of a ``MemoryIndex`` (the default config), beside the
-networkx reference.
+"""``python -m assomem_gpu.bench``: latency and throughput of a ``MemoryIndex`` (the default config, or without
+sentence passages: ``--no-sentences``), beside the networkx reference.
 
-Synthetic memories (clustered embeddings, dated sessions, planted evidence) at 50, 500 and 2,500 sessions, or real data
-(``--dataset ... --haystack-sessions N``, the first memory). Per scale: the build (clue texts embedded by the bundled
-encoder; that encoding reported apart), single-question p50/p95 with the question's vector given and with its text
-(encoding included), batch throughput for B = 1, 16, 256, 1024, time per stage, adding a 10-utterance session (encoding
-apart) and removing one (medians of up to ``WRITES`` of each, alternating), save and load and the file's size, the
-reference's time per question and the share of questions whose top-10 is identical, whether the index after the writes
-equals a rebuild (above ``exact_limit`` utterances, a rebuild with the index's IVF codebook, which removals keep), and
-the process's peak resident memory, read before the whole-graph PPR floor and the rebuild check (a process-wide peak:
-scales run smallest first, so a smaller scale's floor could only raise it where it outgrew the larger scale). Between
-consecutive sizes, the growth exponent of each figure (its log-log slope against the sessions: 1 is linear).
-``--output`` writes JSON (default ``out/bench_<device>.json``; the committed figures are in ``benchmarks/results/``).
+Synthetic memories (clustered embeddings, dated sessions, planted evidence) at 50, 500 and 2,500 sessions, or real
+data (``--dataset ... --haystack-sessions N``, the first memory). Per scale: the build (clue and sentence texts
+embedded by the bundled encoder; that encoding reported apart), single-question p50/p95 with the question's vector
+given and with its text (encoding included), batch throughput for B = 1, 16, 256, 1024, time per stage, adding a
+10-utterance session (encoding apart) and removing one (medians of up to ``WRITES`` of each, alternating), save and
+load and the file's size, the reference's time per question and the share of questions whose top-10 is identical,
+whether the index after the writes equals a rebuild (above ``exact_limit`` utterances, a rebuild with the index's IVF
+codebook, which removals keep), and the process's peak resident memory, read before the whole-graph PPR floor and the
+rebuild check (a process-wide peak: scales run smallest first, so a smaller scale's floor could only raise it where it
+outgrew the larger scale). Between consecutive sizes, the growth exponent of each figure (its log-log slope against
+the sessions: 1 is linear). ``--output`` writes JSON (default ``out/bench_<device>.json``; the committed figures are
+in ``benchmarks/results/``).
 """
 from __future__ import annotations
 
@@ -266,7 +267,7 @@ def bench_scale(data: EmbeddedDataset, backend: Backend, batches: list[int], n_s
     return {
         **size,
         "device": f"{backend.name}: {backend.device}", "build_s": round(build_s - build_encode_s, 4),
-        "build_clue_encoding_s": round(build_encode_s, 3),
+        "build_encoding_s": round(build_encode_s, 3),
         "single_p50_ms": round(p50, 3), "single_p95_ms": round(float(np.percentile(single, 95)), 3),
         "free_text_p50_ms": round(float(np.percentile(free_text, 50)), 3) if free_text else None,
         "batch_qps": {k: round(v, 1) for k, v in qps.items()}, "stage_ms_per_question": stages,

@@ -1,5 +1,6 @@
 """Command-line options shared by ``eval``, ``calibrate``, ``answer`` and ``finetune``: the AssoMem retriever's, where
-the work runs, and the methods they configure."""
+the work runs, and the methods they configure; and the config options of a store's command lines (``serve``,
+``store``)."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,25 @@ def add_cluster_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", help="run the memories (and folds) as Dask tasks: local:N (N worker processes), "
                                      "local-cuda (one worker per GPU) or tcp://HOST:PORT (a running scheduler); "
                                      "the results are those of one process")
+
+
+def add_store_config_options(p: argparse.ArgumentParser) -> None:
+    """The config options of a store's command lines (the server's, ``python -m assomem_gpu.store``): a store's
+    tenants are rebuilt from their rows when it opens with another config, so every command that opens it takes the
+    same ones."""
+    p.add_argument("--clue-merge", choices=CLUE_MERGES, default=GraphConfig().clue_merge,
+                   help="how δ-similar session clues merge (leaders: no chains, so a growing memory keeps small clues "
+                        "and a search's cost bounded; components: the paper's, whose chains can join most of a dense "
+                        "memory into one clue and make every search read most of it)")
+    p.add_argument("--no-sentences", action="store_true",
+                   help="relevance from each utterance's own vector only, not also its sentences' (sentences.py): an "
+                        "add encodes about a quarter as many texts, a search reads fewer vectors, retrieval is worse "
+                        "(the shipped fusion weights were calibrated with them)")
+
+
+def store_config(args: argparse.Namespace) -> AssoMemConfig:
+    """The config ``add_store_config_options``'s options describe (the rest: ``AssoMemConfig``'s defaults)."""
+    return AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge), sentences=not args.no_sentences)
 
 
 def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--llm") -> None:

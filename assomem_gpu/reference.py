@@ -154,7 +154,7 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
     else:
         local = np.arange(len(utterances))
     best = rel.copy()  # a candidate's relevance: its best passage's, itself or one of its sentences
-    if cfg.sentences:
+    if cfg.sentences and method.encoder is not None:  # (without an encoder the engine holds no sentence vectors)
         for i in local:
             parts = split(ds.bank.utt_texts[utterances[i]])
             if len(parts) > 1:

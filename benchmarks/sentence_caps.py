@@ -1,7 +1,7 @@
 """How many sentences an utterance keeps (``sentences.MAX_SENTENCES``), scored as the eval CLI scores the engine:
-each question's features once without sentence passages (the default), then its candidates' relevance
+each question's features once without sentence passages (``--no-sentences``), then its candidates' relevance
 replaced by their best passage's (the larger of the utterance's own cosine and its first N sentences'), and the
-fusion cross-validated with the CLI's folds. With no replacement it gives the CLI's default figures.
+fusion cross-validated with the CLI's folds. With no replacement it gives the CLI's ``--no-sentences`` figures.
 
     python benchmarks/sentence_caps.py --dataset SPEC [--caps 4 8 12 32] [--output FILE.json]
 
@@ -26,11 +26,11 @@ def main() -> int:
     p.add_argument("--caps", type=int, nargs="+", default=[4, 8, 12, 32])
     p.add_argument("--output", help="JSON file for the figures")
     own, rest = p.parse_known_args()
-    args, data, method, feats, folds = features(rest)
+    args, data, method, feats, folds = features(["--no-sentences", *rest])
     signals, questions, backend = list(method.config.signals), list(range(len(feats))), get_backend("cpu")
     rel, ds, encoder = signals.index("relevance"), data.dataset, method.encoder
     rows = np.unique(np.concatenate([f.candidates for f in feats]))  # only the candidates' sentences are read
-    figures = {"none (the default)": cross_validated(data, method, questions, feats, signals, folds, backend)}
+    figures = {"none (--no-sentences)": cross_validated(data, method, questions, feats, signals, folds, backend)}
     for cap in own.caps:
         texts, counts = sentence_texts([ds.bank.utt_speakers[r] for r in rows], [ds.bank.utt_texts[r] for r in rows],
                                        cap)

@@ -1,6 +1,6 @@
-"""Candidate forms of a signal, scored as the eval CLI scores the engine: each question's features once (the default
-config without the session signal), a variant's column added to them, and the fusion cross-validated with the CLI's
-folds. With no column it gives the CLI's ``--no-session`` figures to the digit.
+"""Candidate forms of a signal, scored as the eval CLI scores the engine: each question's features once (the config
+the options give, without the session signal), a variant's column added to them, and the fusion cross-validated with
+the CLI's folds. With no column it gives the CLI's ``--no-session`` figures (with the same options) to the digit.
 
     python benchmarks/signal_variants.py --dataset SPEC [--haystack-sessions N --limit N] [--output FILE.json]
 

@@ -147,13 +147,28 @@ def test_calibrate_then_apply_weights_elsewhere(tmp_path, meetingqa_file, capsys
 
 
 @pytest.mark.parametrize("flags", [[], ["--no-temporal"], ["--no-importance"], ["--no-clues"], ["--fixed-weights"],
-                                   ["--no-lexical", "--speakers"]])
+                                   ["--no-lexical", "--speakers"], ["--no-sentences"]])
 def test_ablation_flags_run(tmp_path, flags):
     out = tmp_path / "o.json"
     assert eval_main(["--dataset", f"longmemeval:{synthetic_lme(tmp_path)}", "--method", "assomem", "--encoder",
                       "hashing", "--quiet", "--folds", "3", "--output", str(out), *flags]) == 0
     r10 = json.loads(out.read_text())["results"]["assomem"]["metrics"]["all"]["R@10"]
     assert r10 > 0.9
+
+
+def test_a_weights_files_config_holds_but_for_the_ablations():
+    import argparse
+
+    from assomem_gpu.cli_options import add_assomem_options, config_from_options
+
+    p = argparse.ArgumentParser()
+    add_assomem_options(p)
+    saved = AssoMemConfig(top_clues=3)
+    assert config_from_options(p.parse_args(["--top-clues", "7"]), saved) == saved  # the file's config, not the option
+    off = config_from_options(p.parse_args(["--no-sentences", "--no-clues", "--no-context"]), saved)
+    assert not off.sentences and not off.clues and "context" not in off.signals and off.top_clues == 3
+    assert config_from_options(p.parse_args([]), None).sentences  # on by default
+    assert not config_from_options(p.parse_args([]), AssoMemConfig(sentences=False)).sentences  # an older file's
 
 
 def test_bad_assomem_options_are_clear_errors(tmp_path, capsys):

@@ -92,7 +92,7 @@ def test_sentence_vectors_that_do_not_fit_the_sessions_change_nothing():
     records = [_session(Session("b", 2.0, [Utterance("first sentence is here. The second sentence is here", "u")]),
                         "s", True)]
     emb = HashingEncoder().encode(["u: first sentence is here. The second sentence is here"])
-    without = MemoryIndex(HashingEncoder(), AssoMemConfig(), device="cpu")._state.derive(records, emb)
+    without = MemoryIndex(HashingEncoder(), AssoMemConfig(sentences=False), device="cpu")._state.derive(records, emb)
     before = index._state.to_snapshot()
     with pytest.raises(ValueError, match="sentence vectors"):
         index._add(records, emb, derived=without)

@@ -463,6 +463,18 @@ def test_store_cli_imports_exports_and_counts(tmp_path, meetingqa_file):
     assert again.returncode == 0 and "imported 0 sessions" in again.stdout
     bad = subprocess.run(run + ["export", *common, "--tenant", "nobody"], capture_output=True, text=True)
     assert bad.returncode == 2 and "nobody" in bad.stderr
+    plain = tmp_path / "plain"  # the server's config options: without sentence passages no row holds sentence vectors
+    done = subprocess.run(run + ["import", "--data", str(plain), "--encoder", "hashing", "--no-sentences", "--tenant",
+                                 "mq", "--dataset", f"meetingqa:{meetingqa_file}", "--undated"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for where, held in ((data, len(exported)), (plain, 0)):
+        db = sqlite3.connect(where / "store.sqlite")
+        try:
+            rows = db.execute("SELECT COUNT(DISTINCT session) FROM utterances WHERE sentences IS NOT NULL").fetchone()
+        finally:
+            db.close()
+        assert rows[0] == held
 
 
 def test_a_new_tenant_never_inherits_a_deleted_ones_files(tmp_path):

@@ -10,8 +10,8 @@ import argparse
 import os
 import sys
 
+from ..cli_options import add_store_config_options, store_config
 from ..encode import ENCODER_HELP, RUNTIMES, add_prompt_options
-from ..graph import CLUE_MERGES, GraphConfig
 from .models import MAX_BODY_BYTES
 
 
@@ -28,13 +28,7 @@ def main(argv: list[str] | None = None) -> int:
                         "encode.encoder_runtime)")
     add_prompt_options(p)
     p.add_argument("--admin-key", default=os.environ.get("ASSOMEM_ADMIN_KEY"), help="default $ASSOMEM_ADMIN_KEY")
-    p.add_argument("--clue-merge", choices=CLUE_MERGES, default=GraphConfig().clue_merge,
-                   help="how δ-similar session clues merge (leaders: no chains, so a growing memory keeps small clues "
-                        "and a search's cost bounded; components: the paper's, whose chains can join most of a dense "
-                        "memory into one clue and make every search read most of it)")
-    p.add_argument("--no-sentences", action="store_true",
-                   help="relevance from each utterance's own vector only, not also its sentences' (sentences.py): an "
-                        "add encodes about a quarter as many texts, a search reads fewer vectors, retrieval is worse")
+    add_store_config_options(p)
     p.add_argument("--llm", default="smollm2",
                    help="LLM of /v1/answer (loaded on the first answer): smollm2 (needs the llm extra), "
                         "hf:<model>[::<gguf>], openai:<url>#<model>")
@@ -61,7 +55,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    from ..config import AssoMemConfig
     from ..encode import make_encoder, model_runtime, prompt_options
     from ..llm import make_llm
     from ..store import MemoryStore, StoreError
@@ -79,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.encoder != "hashing":  # chosen once, printed, then built as chosen
             runtime, why = model_runtime(args.encoder, runtime=runtime)
             print(f"encoder runtime: {runtime} ({why})", file=sys.stderr)
-        config = AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge), sentences=not args.no_sentences)
+        config = store_config(args)
         encoder = make_encoder(args.encoder, cache=False, runtime=runtime, prompts=prompt_options(args))
         store = MemoryStore(args.data, encoder, config, device=args.device,
                             dated=not args.undated, max_loaded=args.max_loaded,

@@ -13,6 +13,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..cli_options import add_store_config_options, store_config
 from ..encode import ENCODER_HELP, add_prompt_options
 
 CHUNK = 200  # sessions per transaction on import
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         v.add_argument("--data", required=True, help="the store's directory")
         v.add_argument("--encoder", default="all-MiniLM-L6-v2", help=f"the store's encoder: {ENCODER_HELP}")
         add_prompt_options(v)
+        add_store_config_options(v)
         if name != "stats":
             v.add_argument("--tenant", required=True)
     verbs.choices["import"].add_argument("--dataset", required=True, help="<format>:<path>, any loader format")
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         encoder = make_encoder(args.encoder, cache=False, prompts=prompt_options(args))
-        store = MemoryStore(args.data, encoder, device="cpu",
+        store = MemoryStore(args.data, encoder, store_config(args), device="cpu",
                             dated=not getattr(args, "undated", False))
     except (StoreError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
