@@ -16,7 +16,7 @@ from .fusion import FusionModel
 from .encode import prompted
 from .retrieve import EmbeddedDataset
 from .scoring import question_temporal
-from .sentences import split
+from .sentences import sentence_texts
 from .signals.temporal import parse_constraint
 from .signals.lexical import BM25Index
 
@@ -156,10 +156,8 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
     best = rel.copy()  # a candidate's relevance: its best passage's, itself or one of its sentences
     if cfg.sentences and method.encoder is not None:  # (without an encoder the engine holds no sentence vectors)
         for i in local:
-            parts = split(ds.bank.utt_texts[utterances[i]])
-            if len(parts) > 1:
-                speaker = ds.bank.utt_speakers[utterances[i]]
-                texts = [f"{speaker}: {p}" if speaker else p for p in parts]
+            texts, _ = sentence_texts([ds.bank.utt_speakers[utterances[i]]], [ds.bank.utt_texts[utterances[i]]])
+            if texts:
                 best[i] = max(best[i], float(np.max(method.encoder.encode(prompted(method.encoder, "passage", texts))
                                                     @ q_emb)))
     columns, active = [], []
