@@ -1,6 +1,6 @@
 """Signal scoring: a batch of questions against one memory's state, up to each question's candidates and their
-normalised signals (relevance, importance, temporal, lexical, context, session), padded to the batch's widest
-candidate list.
+normalised signals (relevance, importance, temporal, lexical, context, session, lexical context), padded to the
+batch's widest candidate list.
 
 Every stage runs on the backend's arrays (``backend.xp``: numpy, or CuPy on the device, where the memory's
 embeddings, graph and BM25 weights are uploaded once per index version), so a batch stays where it is scored; only
@@ -23,6 +23,7 @@ from .config import AssoMemConfig
 from .graph import MemoryGraph
 from .sentences import best_cosines
 from .signals.context import context_scores
+from .signals.lexical_context import lexical_context_scores
 from .signals.session import session_scores
 from .signals.temporal import RESOLVED, TimeConstraint, parse_constraint, temporal_scores
 from .state import MemoryState
@@ -221,11 +222,11 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
         emb = backend.resident(state.emb, "view", state.version, lambda: state.emb.view)
         allowed = None if queries.allowed is None else backend.asarray(queries.allowed)
         rel = relevance(g, q, emb, queries, allowed, config, backend)
-        lex = state.lexical if "lexical" in config.signals else None
+        lex = state.lexical  # with either lexical signal
         terms = None if lex is None else lex.query_terms(queries.texts)  # tokenised once, for the pool and BM25
         pools = []
         if config.clues and g.n_clues > 0:  # else all are candidates
-            if lex is not None and config.lexical_pool:
+            if "lexical" in config.signals and config.lexical_pool:
                 pools.append(backend.asarray(lex.top(queries.texts, config.lexical_pool, queries.allowed, terms)))
             if config.dense_pool:
                 pools.append(dense_top(rel, config.dense_pool, backend))
@@ -242,6 +243,8 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             starts = backend.resident(state, "sentence_starts", state.version, lambda: state.sentence_starts)
             held = backend.resident(state, "sentence_counts", state.version, lambda: state.sentence_counts)
             best = best_cosines(rel_at, q, at, valid, vectors, starts, held, backend)
+    own_bm25 = functools.cache(lambda: lexical(state, terms, at, backend))  # the candidates' BM25, for either
+    # lexical signal
     for s, name in enumerate(config.signals):
         if name == "relevance":
             signals[:, :, s] = best
@@ -251,13 +254,19 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
                 signals[:, :, s] = xp.log(xp.maximum(ppr, 1e-30))
         elif name == "lexical":
             with stage("lexical"):
-                signals[:, :, s] = lexical(state, terms, at, backend)
+                signals[:, :, s] = own_bm25()
         elif name == "context":
             with stage("context"):
                 norms = backend.resident(state.context, "view", state.version, lambda: state.context.view)
                 session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
                 signals[:, :, s] = context_scores(rel.of_pairs, at, session, norms, config.context_window, xp,
                                                   known=rel_at)
+        elif name == "lexical_context":
+            with stage("lexical"):
+                session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
+                signals[:, :, s] = lexical_context_scores(
+                    lambda qb, rows: lexical_pairs(state, terms, qb, rows, b, backend), at, session,
+                    config.context_window, xp, known=own_bm25())
         elif name == "session":
             with stage("session"):
                 session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
@@ -468,6 +477,18 @@ def lexical(state: MemoryState, terms: tuple[np.ndarray, np.ndarray], at, backen
     row, nz, pos = backend.row_matches(at, indptr, indices, keys, len(lex.vocab))
     w = lex.weights_of(data[nz].astype(np.float64), df[indices[nz]], lengths[at.ravel()[row]], xp)
     return xp.bincount(row, weights=w * times[pos], minlength=at.size).astype(np.float32).reshape(at.shape)
+
+
+def lexical_pairs(state: MemoryState, terms: tuple[np.ndarray, np.ndarray], questions, rows, n_b: int,
+                  backend: Backend):
+    """(n,) the BM25 score of question ``questions[i]`` (ascending, of a batch of ``n_b``) for utterance row
+    ``rows[i]``: each question's rows laid in a row of their own (``lexical``'s grid), padding reading row 0."""
+    xp = backend.xp
+    counts = xp.bincount(questions, minlength=n_b)
+    pos = xp.arange(len(questions)) - (xp.cumsum(counts) - counts)[questions]
+    grid = xp.zeros((n_b, int(counts.max()) if len(questions) else 0), np.int64)
+    grid[questions, pos] = rows
+    return lexical(state, terms, grid, backend)[questions, pos]
 
 
 def temporal(state: MemoryState, queries: Queries, cand, counts, backend: Backend):

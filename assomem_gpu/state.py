@@ -40,7 +40,7 @@ class Derived:
 
     clue_emb: np.ndarray  # (sessions, dim) float32
     time_marks: np.ndarray  # (utterances,) int8: how each anchors events in time (``signals.temporal.time_mark``)
-    terms: TermCounts | None  # the utterances' BM25 term counts; None without the lexical signal
+    terms: TermCounts | None  # the utterances' BM25 term counts; None without the lexical signals
     context: np.ndarray | None  # (utterances,) their context norms (signals/context.py); None without the signal
     sentence_counts: np.ndarray | None = None  # (utterances,) int32 each one's sentence vectors (0: one sentence);
     # None without config.sentences
@@ -67,7 +67,7 @@ class MemoryState:
         self.clue_emb = Rows((dim,))  # per session: its own clue, before merging
         self._full: MemoryGraph | None = None  # with clue nodes, whatever config.clues says
         self.graph: MemoryGraph | None = None  # what PPR and candidates read
-        self.lexical = BM25Index() if "lexical" in config.signals else None
+        self.lexical = BM25Index() if {"lexical", "lexical_context"} & set(config.signals) else None
         self.context = Rows(dtype=np.float32) if "context" in config.signals else None  # per utterance: its context
         # norm (signals/context.py)
         self._time_marks = Rows(dtype=np.int8)  # per utterance: its time mark (signals.temporal.time_mark)

@@ -12,7 +12,8 @@ run() { python -m assomem_gpu.eval --quiet "$@"; }
 for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
   set -- $pair
   run --dataset "$2" --method "$METHODS" --output "$OUT/$1_methods.json" --plot "$OUT/plots/$1"
-  for ablation in no-temporal no-importance no-lexical no-context no-session no-clues fixed-weights no-sentences; do
+  for ablation in no-temporal no-importance no-lexical no-context no-session no-lexical-context no-clues fixed-weights \
+      no-sentences; do
     run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json"
   done
   run --dataset "$2" --method assomem --lexical-pool 0 --output "$OUT/$1_no-lexical-pool.json"
@@ -22,7 +23,7 @@ done
 run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method flat-dense,bm25,session-utterance,topic-grouping,assomem \
     --output "$OUT/longmemeval_l2500_methods.json"
 for ablation in "lexical-pool 0:no-lexical-pool" "dense-pool 0:no-dense-pool" "clue-merge components:components" \
-    "no-clues:no-clues" "no-session:no-session" "no-sentences:no-sentences"; do
+    "no-clues:no-clues" "no-session:no-session" "no-sentences:no-sentences" "no-lexical-context:no-lexical-context"; do
   run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method assomem --${ablation%%:*} \
       --output "$OUT/longmemeval_l2500_${ablation##*:}.json"
 done
