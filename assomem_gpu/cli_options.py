@@ -84,8 +84,7 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
                    help="quantile edges of the CMI score bins (two edges: low / medium / high)")
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
     a.add_argument("--context-window", type=int, default=d.context_window,
-                   help="turns on each side of an utterance that make its context (the context and lexical "
-                        "context signals)")
+                   help="turns on each side of an utterance that make its context embedding")
     for name in ("temporal", "importance", "lexical", "context", "session", "lexical_context"):
         a.add_argument(f"--no-{name.replace('_', '-')}", action="store_true",
                        help=f"ablation: drop the {name.replace('_', ' ')} signal")

@@ -32,8 +32,7 @@ class AssoMemConfig:
     ppr_hops: int = 3  # importance = this many PPR iterations, run on the nodes within as many hops of the
     # candidates (which gives the candidates the whole graph's values of those iterations); 0 = the whole graph,
     # iterated until the change is below tol
-    context_window: int = 2  # the context signals' turns on each side of an utterance (signals/context.py,
-    # signals/lexical_context.py)
+    context_window: int = 2  # the context signal's turns on each side of an utterance (signals/context.py)
     sentences: bool = True  # a candidate's relevance is its best passage's, itself or one of its sentences, each
     # embedded alone (sentences.py; needs an encoder at add time; README, Results, "Sentence passages"); False
     # (--no-sentences): the utterance's own vector only

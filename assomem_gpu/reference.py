@@ -182,11 +182,10 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                         and session[j] == session[i]]
                 ctx = data.utterances[utterances[near]].sum(axis=0) if near else np.zeros(len(q_emb), np.float32)
                 col.append(_normalise(ctx) @ q_emb)
-        elif name == "lexical_context":  # the best BM25 score among each candidate's neighbouring turns of its session
+        elif name == "lexical_context":  # the BM25 score of the turn before each candidate in its session
             bm25 = _bm25(graphs, ds, q.memory, utterances).scores([q.text])[0]
             session = ds.bank.utt_session()[utterances]
-            col = [max((bm25[j] for j in range(len(utterances)) if 0 < abs(i - j) <= cfg.context_window
-                        and session[j] == session[i]), default=0.0) for i in local]
+            col = [bm25[i - 1] if i > 0 and session[i - 1] == session[i] else 0.0 for i in local]
         elif name == "session":  # the best relevance among the candidates of the candidate's session
             session = ds.bank.utt_session()[utterances]
             top: dict = {}

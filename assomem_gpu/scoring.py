@@ -265,8 +265,8 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             with stage("lexical"):
                 session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
                 signals[:, :, s] = lexical_context_scores(
-                    lambda qb, rows: lexical_pairs(state, terms, qb, rows, b, backend), at, session,
-                    config.context_window, xp, known=own_bm25())
+                    lambda qb, rows: lexical_pairs(state, terms, qb, rows, b, backend), at, session, xp,
+                    known=own_bm25())
         elif name == "session":
             with stage("session"):
                 session = backend.resident(state, "session_of", state.version, lambda: state.session_of)

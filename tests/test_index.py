@@ -622,10 +622,10 @@ def test_the_bm25_top_of_the_memory_joins_the_clues_candidates():
 
 
 @pytest.mark.parametrize("signals", [SIGNALS, ("relevance", "lexical_context")])
-def test_the_lexical_context_signal_is_the_best_bm25_score_of_a_candidates_neighbouring_turns(signals):
-    """The engine's lexical context (the candidates' own BM25 scores read where a neighbour is a candidate, the
-    others computed) equals the best ``BM25Index.scores`` among each candidate's turns within the context window in
-    its session, z-scored over the question's candidates; without the lexical signal the index keeps BM25 for it."""
+def test_the_lexical_context_signal_is_the_bm25_score_of_a_candidates_turn_before(signals):
+    """The engine's lexical context (a candidate's turn before read from the candidates' own BM25 scores where it is
+    one, computed otherwise) equals ``BM25Index.scores`` of the turn before each candidate in its session (0 for a
+    first turn), z-scored over the question's candidates; without the lexical signal the index keeps BM25 for it."""
     from assomem_gpu.scoring import Queries, score, zscore
 
     config = AssoMemConfig(top_clues=1, min_candidates=0, dense_pool=4, signals=signals,
@@ -636,13 +636,9 @@ def test_the_lexical_context_signal_is_the_best_bm25_score_of_a_candidates_neigh
     queries = Queries(index.encoder.encode(texts), texts, np.full(len(texts), np.nan))
     (scored,) = score(index._state, queries, config, index.backend)
     bm25, session = index._state.lexical.scores(texts), index._state.session_of
-    at = np.where(np.arange(scored.candidates.shape[1]) < scored.counts[:, None], scored.candidates, 0)
-    want = np.zeros(at.shape)
-    for b, row in enumerate(at):
-        for c, i in enumerate(row):
-            near = [j for j in range(i - 2, i + 3) if j != i and 0 <= j < len(session) and session[j] == session[i]]
-            want[b, c] = max((bm25[b, j] for j in near), default=0.0)
-    valid = np.arange(at.shape[1]) < scored.counts[:, None]
+    valid = np.arange(scored.candidates.shape[1]) < scored.counts[:, None]
+    at = np.where(valid, scored.candidates, 0)
+    want = np.where((at > 0) & (session[at - 1] == session[at]), np.take_along_axis(bm25, at - 1, axis=1), 0.0)
     got = scored.signals[:, :, signals.index("lexical_context")]
     assert np.allclose(got, zscore(want[:, :, None], valid, np)[:, :, 0], atol=1e-5)
     assert (np.abs(got) > 0).sum() > 10

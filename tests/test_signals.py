@@ -355,29 +355,26 @@ def test_session_is_the_best_relevance_among_the_candidates_of_the_same_session(
     assert np.array_equal(session_scores(rel_at, at, valid, session, device_like), got)
 
 
-@pytest.mark.parametrize("window", [1, 2])
-def test_lexical_context_is_the_best_bm25_score_among_the_neighbouring_turns_of_the_same_session(window):
-    """A turn that answers the one holding the question's words gets that turn's BM25 score; a turn alone in its
-    session gets 0; another session's turns never count."""
+def test_lexical_context_is_the_bm25_score_of_the_turn_before_in_the_same_session():
+    """A turn that answers the one holding the question's words gets that turn's BM25 score; a session's first turn
+    gets 0 (the turn before it is another session's), whatever its own score; with the rows' own scores known the
+    same comes out."""
     from assomem_gpu.signals.lexical import BM25Index
     from assomem_gpu.signals.lexical_context import lexical_context_scores
 
-    texts = ["who will own the test plan", "you should take the lead on that", "fine, this week",  # session 0
+    texts = ["who will own the test plan", "you should take the lead on that", "fine, the plan is this week",  # session 0
              "the test plan is late",  # session 1, alone
              "lunch?", "sure", "the plan for lunch", "noodles", "own it"]  # session 2
     session = np.repeat(np.arange(3), [3, 1, 5])
-    index = BM25Index(texts)
-    questions = ["who owns the test plan", "what is the plan for lunch"]
-    scores = index.scores(questions)
-    at = np.array([[1, 3, 5, 8], [0, 2, 4, 7]])
-    got = lexical_context_scores(lambda qb, rows: scores[qb, rows], at, session, window, np)
+    scores = BM25Index(texts).scores(["who owns the test plan", "what is the plan for lunch"])
+    at = np.array([[1, 3, 4, 8], [0, 2, 5, 7]])
+    got = lexical_context_scores(lambda qb, rows: scores[qb, rows], at, session, np)
     for b in range(2):
         for c, i in enumerate(at[b]):
-            near = [j for j in range(9) if 0 < abs(i - j) <= window and session[j] == session[i]]
-            assert got[b, c] == pytest.approx(max((scores[b, j] for j in near), default=0.0))
-    assert got[0, 0] == pytest.approx(scores[0, 0]) and scores[0, 1] == 0 and got[0, 0] > 0  # the reply's words
-    assert got[0, 1] == 0 and scores[0, 3] > 0  # alone in its session: nothing, whatever its own score
-    assert lexical_context_scores(lambda qb, rows: rows.astype(float), at[:, :0], session, window, np).shape == (2, 0)
-    # with the rows' own scores known, the same (a neighbour that is a row as many places along is read there)
-    known = np.take_along_axis(scores, at, axis=1)
-    assert np.array_equal(lexical_context_scores(lambda qb, rows: scores[qb, rows], at, session, window, np, known), got)
+            assert got[b, c] == (scores[b, i - 1] if i > 0 and session[i - 1] == session[i] else 0.0)
+    assert got[0, 0] == scores[0, 0] > 0 and scores[0, 1] == 0  # the reply gets its question's words
+    assert got[0, 1] == 0 == got[0, 2] < min(scores[0, 2], scores[0, 3])  # first turns of their sessions
+    assert got[1, 3] == scores[1, 6] > 0
+    assert lexical_context_scores(lambda qb, rows: rows.astype(float), at[:, :0], session, np).shape == (2, 0)
+    known = np.take_along_axis(scores, at, axis=1)  # at[0, 0] - 1 = 0 is no row of at: asked for; the rest read
+    assert np.array_equal(lexical_context_scores(lambda qb, rows: scores[qb, rows], at, session, np, known), got)

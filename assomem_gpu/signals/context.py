@@ -38,31 +38,30 @@ def _steps(window: int) -> np.ndarray:
     return np.r_[np.arange(-window, 0), np.arange(1, window + 1)]
 
 
-def neighbours(at, session, window: int, xp=np):
-    """The turns within ``window`` of each utterance row ``at`` (B, C): ``near`` (B, C, 2·window) their rows (the
-    row itself where the offset falls outside the memory) and ``same`` (B, C, 2·window) whether each is a turn of
-    the row's session (``session`` (n_utt,) each utterance's session row)."""
+def neighbours(at, session, steps: np.ndarray, xp=np):
+    """The turns ``steps`` (S,) away from each utterance row ``at`` (B, C): ``near`` (B, C, S) their rows (the row
+    itself where the offset falls outside the memory) and ``same`` (B, C, S) whether each is a turn of the row's
+    session (``session`` (n_utt,) each utterance's session row)."""
     n = len(session)
-    near = at[:, :, None] + xp.asarray(_steps(window))
+    near = at[:, :, None] + xp.asarray(steps)
     inside = (near >= 0) & (near < n)
     near = xp.where(inside, near, at[:, :, None])
     return near, inside & (session[near] == session[at][:, :, None])
 
 
-def neighbour_values(of_pairs, at, session, window: int, xp=np, known=None):
-    """A value of each turn within ``window`` of each question's utterance rows ``at`` (B, C) in their session:
-    ``values`` (B, C, 2·window), meaningful where ``same`` (B, C, 2·window, see ``neighbours``) holds.
+def neighbour_values(of_pairs, at, session, steps: np.ndarray, xp=np, known=None):
+    """A value of each turn ``steps`` (S,) away from each question's utterance rows ``at`` (B, C) in their session:
+    ``values`` (B, C, S), meaningful where ``same`` (B, C, S, see ``neighbours``) holds.
 
     ``of_pairs(questions, rows)`` gives the value of question ``questions[i]`` at utterance row ``rows[i]`` (1-d);
     ``session`` (n_utt,) each utterance's session row, on ``xp``. ``known`` (B, C), when given, holds the values of
     ``at`` themselves, each question's rows ascending: a turn ``d`` away from a row that is the row ``d`` places
     along (a clue brings whole sessions) is read there, and only the other turns are asked of ``of_pairs``."""
-    near, same = neighbours(at, session, window, xp)
+    near, same = neighbours(at, session, steps, xp)
     b, c = at.shape
     if known is None:
         return of_pairs(xp.repeat(xp.arange(b), near.shape[1] * near.shape[2]), near.ravel()).reshape(near.shape), same
-    steps = xp.asarray(_steps(window))
-    along = xp.clip(xp.arange(c)[:, None] + steps, 0, max(c - 1, 0)).reshape(1, -1)  # positions d along
+    along = xp.clip(xp.arange(c)[:, None] + xp.asarray(steps), 0, max(c - 1, 0)).reshape(1, -1)  # positions d along
     along = xp.broadcast_to(along, (b, along.shape[1]))
     hit = xp.take_along_axis(at, along, axis=1).reshape(near.shape) == near
     values = xp.where(hit, xp.take_along_axis(known, along, axis=1).reshape(near.shape), 0.0)
@@ -78,7 +77,7 @@ def context_scores(of_pairs, at, session, norms, window: int, xp=np, known=None)
     ``of_pairs(questions, rows)`` gives the cosine of question ``questions[i]`` to utterance row ``rows[i]`` (1-d;
     ``scoring.Relevance.of_pairs``); ``session`` (n_utt,) each utterance's session row and ``norms`` its
     ``context_norms``, on ``xp``; ``known`` (B, C): the cosines of ``at`` themselves (see ``neighbour_values``)."""
-    cos, same = neighbour_values(of_pairs, at, session, window, xp, known)
+    cos, same = neighbour_values(of_pairs, at, session, _steps(window), xp, known)
     total = xp.where(same & xp.isfinite(cos), cos, 0.0).sum(axis=2)  # a filtered-out turn (-inf) adds nothing
     norm = norms[at]
     return xp.where(norm > 0, total / xp.where(norm > 0, norm, 1.0), 0.0)
