@@ -19,6 +19,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .rows import spans
+
 log = logging.getLogger(__name__)
 
 PPR_CHECK_EVERY = 4  # on the device, the PPR residual is read back every 4 iterations (each read is a sync)
@@ -143,7 +145,10 @@ class Backend:
         return values[self.xp.searchsorted(ends, self.xp.arange(int(ends[-1]) if len(ends) else 0), side="right")]
 
     def spans(self, starts, lengths):
-        """The positions ``starts[i] .. starts[i] + lengths[i] − 1`` of every span, span after span."""
+        """The positions ``starts[i] .. starts[i] + lengths[i] − 1`` of every span, span after span (``rows.spans``
+        on the CPU)."""
+        if self.name == "cpu":
+            return spans(starts, lengths)
         ends = self.xp.cumsum(lengths)
         total = int(ends[-1]) if len(lengths) else 0
         return self.repeat(starts - (ends - lengths), lengths) + self.xp.arange(total)

@@ -85,9 +85,11 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
     a.add_argument("--context-window", type=int, default=d.context_window,
                    help="turns on each side of an utterance that make its context embedding")
-    for name in ("temporal", "importance", "lexical", "context", "session", "lexical_context"):
+    for name in SIGNALS[1:]:  # every signal but relevance
         a.add_argument(f"--no-{name.replace('_', '-')}", action="store_true",
-                       help=f"ablation: drop the {name.replace('_', ' ')} signal")
+                       help=f"ablation: drop the {name.replace('_', ' ')} signal" + (
+                           " (and its BM25 pool; the lexical context still reads BM25: drop both for none)"
+                           if name == "lexical" else ""))
     a.add_argument("--no-clues", action="store_true", help="ablation: no clue nodes; all utterances are candidates")
     a.add_argument("--no-sentences", action="store_true",
                    help="ablation: a candidate's relevance is its own vector's only, not its best passage's (itself or "

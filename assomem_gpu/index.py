@@ -131,7 +131,9 @@ class MemoryIndex:
             raise ValueError("dim: an index without an encoder needs the embedding dimension")
         self.fusion = default_fusion(self.config.signals, self._encoder_name) if fusion is None else fusion
         if list(self.fusion.signals) != list(self.config.signals):
-            raise ValueError(f"fusion.signals {self.fusion.signals} differ from config.signals {self.config.signals}")
+            raise ValueError(f"fusion.signals {self.fusion.signals} differ from config.signals {self.config.signals} "
+                             "(weights fitted before a signal was added: pass a config with their signals, "
+                             "AssoMemConfig(signals=tuple(fusion.signals)))")
         self.backend = device if isinstance(device, Backend) else get_backend(device)
         if self.config.ppr_hops and not self.backend.ppr_steps:
             raise ValueError(f"config.ppr_hops: {self.backend.components['ppr_step'].impl} runs PageRank to "

@@ -12,6 +12,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .rows import spans
+
 
 SLICED_REMOVALS = 8  # ``MemoryBank.remove`` of up to this many sessions deletes slices; more, one pass
 
@@ -169,9 +171,7 @@ class MemoryBank:
         """Utterance rows of the given sessions, in session then turn order."""
         off = self.offset_array
         s = np.asarray(list(sessions) if not isinstance(sessions, np.ndarray) else sessions, dtype=np.int64)
-        counts = off[s + 1] - off[s]
-        ends = np.cumsum(counts)
-        return np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) + np.repeat(off[s] - (ends - counts), counts)
+        return spans(off[s], off[s + 1] - off[s])
 
 
 @dataclass

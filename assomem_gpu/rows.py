@@ -6,6 +6,15 @@ import ctypes
 import numpy as np
 
 
+def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """(sum of ``lengths``,) int64 the positions ``starts[i] .. starts[i] + lengths[i] − 1`` of every span, span after
+    span (the rows of some sessions' utterances, of some utterances' sentences)."""
+    lengths = np.asarray(lengths, np.int64)
+    ends = np.cumsum(lengths)
+    return np.repeat(np.asarray(starts, np.int64) - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends)
+                                                                                            else 0)
+
+
 class Rows:
     """An array of rows of ``shape`` (() for a vector) and ``dtype`` (default float32) that grows by appended rows in
     amortised O(rows): a buffer with doubling room, ``view`` the rows held."""

@@ -262,7 +262,7 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
                 signals[:, :, s] = context_scores(rel.of_pairs, at, session, norms, config.context_window, xp,
                                                   known=rel_at)
         elif name == "lexical_context":
-            with stage("lexical"):
+            with stage("lexical_context"):
                 session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
                 signals[:, :, s] = lexical_context_scores(
                     lambda qb, rows: lexical_pairs(state, terms, qb, rows, b, backend), at, session, xp,
@@ -486,7 +486,8 @@ def lexical_pairs(state: MemoryState, terms: tuple[np.ndarray, np.ndarray], ques
     xp = backend.xp
     counts = xp.bincount(questions, minlength=n_b)
     pos = xp.arange(len(questions)) - (xp.cumsum(counts) - counts)[questions]
-    grid = xp.zeros((n_b, int(counts.max()) if len(questions) else 0), np.int64)
+    grid = xp.zeros((n_b, int(counts.max()) if len(questions) else 0), np.int64)  # (a question with most of the
+    # pairs pads the others' rows: a turn before that is no candidate is rare, a pool's row)
     grid[questions, pos] = rows
     return lexical(state, terms, grid, backend)[questions, pos]
 

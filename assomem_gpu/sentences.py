@@ -16,6 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .rows import spans
+
 MIN_WORDS = 4  # a shorter piece joins the sentence before it (after it, where none is before)
 MAX_SENTENCES = 4  # per utterance: its first 4 (see above)
 SENTENCES_VERSION = 1  # of the rules above: raise it when they change, so stored vectors are made again
@@ -63,11 +65,7 @@ def starts_of(counts: np.ndarray) -> np.ndarray:
 
 def rows_of(counts: np.ndarray, utterances: np.ndarray) -> np.ndarray:
     """The sentence rows of ``utterances`` (rows of ``counts``), utterance after utterance."""
-    counts = np.asarray(counts, np.int64)
-    mine = counts[utterances]
-    ends = np.cumsum(mine)
-    return np.repeat(starts_of(counts)[utterances] - (ends - mine), mine) + np.arange(int(ends[-1]) if len(ends)
-                                                                                       else 0)
+    return spans(starts_of(counts)[utterances], np.asarray(counts, np.int64)[utterances])
 
 
 def best_cosines(rel_at, q, at, valid, vectors, starts, counts, backend):

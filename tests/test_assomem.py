@@ -147,7 +147,7 @@ def test_calibrate_then_apply_weights_elsewhere(tmp_path, meetingqa_file, capsys
 
 
 @pytest.mark.parametrize("flags", [[], ["--no-temporal"], ["--no-importance"], ["--no-clues"], ["--fixed-weights"],
-                                   ["--no-lexical", "--speakers"], ["--no-sentences"]])
+                                   ["--no-lexical", "--speakers"], ["--no-sentences"], ["--no-lexical-context"]])
 def test_ablation_flags_run(tmp_path, flags):
     out = tmp_path / "o.json"
     assert eval_main(["--dataset", f"longmemeval:{synthetic_lme(tmp_path)}", "--method", "assomem", "--encoder",
@@ -169,6 +169,10 @@ def test_a_weights_files_config_holds_but_for_the_ablations():
     assert not off.sentences and not off.clues and "context" not in off.signals and off.top_clues == 3
     assert config_from_options(p.parse_args([]), None).sentences  # on by default
     assert not config_from_options(p.parse_args([]), AssoMemConfig(sentences=False)).sentences  # an older file's
+    for flags, dropped in ((["--no-lexical-context"], {"lexical_context"}),
+                           (["--no-lexical", "--no-lexical-context"], {"lexical", "lexical_context"})):
+        for base in (None, saved):  # the options' config and a weights file's
+            assert set(AssoMemConfig().signals) - set(config_from_options(p.parse_args(flags), base).signals) == dropped
 
 
 def test_bad_assomem_options_are_clear_errors(tmp_path, capsys):

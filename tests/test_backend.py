@@ -185,9 +185,9 @@ def test_every_cosine_and_fusion_weight_of_a_question_is_the_same_bits_in_any_ba
         assert np.array_equal(weights[b], model.weights(q[b : b + 1], active[b : b + 1])[0])
 
 
-def test_the_device_forms_of_segment_max_and_repeat_equal_numpy():
+def test_the_device_forms_of_segment_max_repeat_and_spans_equal_numpy():
     """CuPy's reduceat takes only ``add`` and its repeat no array of counts: the device forms (run here on numpy
-    arrays) equal numpy's."""
+    arrays) equal numpy's (and the host's ``rows.spans``)."""
     import dataclasses
 
     from assomem_gpu.backend import get_backend
@@ -203,6 +203,11 @@ def test_the_device_forms_of_segment_max_and_repeat_equal_numpy():
     counts = np.array([2, 0, 3, 1])
     assert np.array_equal(device_like.repeat(np.arange(4), counts), np.repeat(np.arange(4), counts))
     assert len(device_like.repeat(np.arange(0), np.zeros(0, np.int64))) == 0
+    starts = np.array([5, 0, 9, 2])  # spans: the host helper (the CPU's) and the device form
+    want = [5, 6, 9, 10, 11, 2]  # 2 from 5, none from 0, 3 from 9, 1 from 2
+    for backend in (cpu, device_like):
+        assert backend.spans(starts, counts).tolist() == want
+        assert backend.spans(starts[:0], counts[:0]).tolist() == []
 
 
 @pytest.mark.parametrize("module", ["ppr_cpu", "fused_topk", "csr_splice", "pair_select", "segments",

@@ -642,6 +642,7 @@ def test_the_lexical_context_signal_is_the_bm25_score_of_a_candidates_turn_befor
     got = scored.signals[:, :, signals.index("lexical_context")]
     assert np.allclose(got, zscore(want[:, :, None], valid, np)[:, :, 0], atol=1e-5)
     assert (np.abs(got) > 0).sum() > 10
+    assert make_index(AssoMemConfig(signals=("relevance", "context")))._state.lexical is None  # no BM25 signal
 
 
 @pytest.mark.parametrize("probed", [False, True])

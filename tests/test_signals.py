@@ -376,5 +376,17 @@ def test_lexical_context_is_the_bm25_score_of_the_turn_before_in_the_same_sessio
     assert got[0, 1] == 0 == got[0, 2] < min(scores[0, 2], scores[0, 3])  # first turns of their sessions
     assert got[1, 3] == scores[1, 6] > 0
     assert lexical_context_scores(lambda qb, rows: rows.astype(float), at[:, :0], session, np).shape == (2, 0)
-    known = np.take_along_axis(scores, at, axis=1)  # at[0, 0] - 1 = 0 is no row of at: asked for; the rest read
-    assert np.array_equal(lexical_context_scores(lambda qb, rows: scores[qb, rows], at, session, np, known), got)
+    # with the rows' own scores known (each question's ascending), a turn before that is the row one place before
+    # is read there; only the others are asked for
+    asked = []
+
+    def counted(qb, rows):
+        asked.append(rows.copy())
+        return scores[qb, rows]
+
+    at = np.array([[0, 1, 2, 6, 7], [3, 4, 5, 6, 8]])  # session 0 whole in the first; 4 to 6 in the second
+    plain = lexical_context_scores(counted, at, session, np)
+    asked.clear()
+    read = lexical_context_scores(counted, at, session, np, np.take_along_axis(scores, at, axis=1))
+    assert np.array_equal(read, plain) and (plain > 0).sum() >= 3
+    assert len(asked) == 1 and sorted(asked[0].tolist()) == [5, 7]  # 6's and 8's turns before: not among the rows
