@@ -44,9 +44,12 @@ def synthetic_lme(tmp_path, n=12):
 
 
 def test_assomem_ranks_evidence_first_and_covers_memory(tmp_path, minilm):
+    """With the shipped weights (with equal weights the assistant's reply, which follows the evidence and names the
+    hobby too, rises by its lexical context: ``--fixed-weights`` is an ablation)."""
     data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), minilm)
     config = AssoMemConfig(top_clues=2, min_candidates=2)
-    method = AssoMem(config, fixed_weights(config.signals), minilm)
+    method = AssoMem(config, encoder=minilm)
+    method.fusion = method.default_fusion()
     qs = list(range(len(data.dataset.questions)))
     rankings = method.rank(data, qs, depth=50)
     hits = 0
