@@ -133,6 +133,9 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
     g, utterances, utt_clue, clue_emb, n_c = graphs[q.memory]
     q_emb = data.questions[question]
     rel = data.utterances[utterances] @ q_emb
+    bm25 = (_bm25(graphs, ds, q.memory, utterances).scores([q.text])[0]
+            if {"lexical", "lexical_context"} & set(cfg.signals) else None)  # every utterance's BM25 score
+    session = ds.bank.utt_session()[utterances]  # each utterance's session
     if cfg.clues and n_c:
         best = np.array([rel[utt_clue == c].max() for c in range(n_c)])
         clue_score = cfg.clue_mix * (clue_emb @ q_emb) + (1 - cfg.clue_mix) * best
@@ -145,7 +148,6 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
             count += int((utt_clue == c).sum())
         local = [i for i in range(len(utterances)) if utt_clue[i] in chosen]
         if "lexical" in cfg.signals and cfg.lexical_pool:  # the BM25 top of the memory joins them
-            bm25 = _bm25(graphs, ds, q.memory, utterances).scores([q.text])[0]
             local = sorted(set(local) | {i for i in np.argsort(-bm25, kind="stable")[: cfg.lexical_pool]
                                          if bm25[i] > 0})
         local = sorted(set(local) | set(np.argsort(-rel, kind="stable")[: cfg.dense_pool].tolist()))  # and its dense
@@ -173,9 +175,8 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
             r = reference_ppr(g, t, cfg.damping, *((0.0, cfg.ppr_hops) if cfg.ppr_hops else (cfg.tol, cfg.max_iter)))
             col = np.log(np.maximum(r[local], 1e-30))
         elif name == "lexical":
-            col = _bm25(graphs, ds, q.memory, utterances).scores([q.text])[0][local]
+            col = bm25[local]
         elif name == "context":  # each candidate's neighbouring turns of its session, summed and normalised
-            session = ds.bank.utt_session()[utterances]
             col = []
             for i in local:
                 near = [j for j in range(len(utterances)) if 0 < abs(i - j) <= cfg.context_window
@@ -183,11 +184,8 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                 ctx = data.utterances[utterances[near]].sum(axis=0) if near else np.zeros(len(q_emb), np.float32)
                 col.append(_normalise(ctx) @ q_emb)
         elif name == "lexical_context":  # the BM25 score of the turn before each candidate in its session
-            bm25 = _bm25(graphs, ds, q.memory, utterances).scores([q.text])[0]
-            session = ds.bank.utt_session()[utterances]
             col = [bm25[i - 1] if i > 0 and session[i - 1] == session[i] else 0.0 for i in local]
         elif name == "session":  # the best relevance among the candidates of the candidate's session
-            session = ds.bank.utt_session()[utterances]
             top: dict = {}
             for i in local:
                 top[session[i]] = max(top.get(session[i], -np.inf), best[i])

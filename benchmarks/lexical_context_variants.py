@@ -55,9 +55,9 @@ def main() -> int:
         rows = ds.memory_utterances(memory)
         group = [q for q in questions if ds.questions[q].memory == memory]
         bm25 = BM25Index(ds.bank.encoded_texts(rows)).scores([ds.questions[q].text for q in group])
-        local = {r: i for i, r in enumerate(rows)}
+        local, session = {r: i for i, r in enumerate(rows)}, utt_session[rows]
         for q, s in zip(group, bm25):
-            scored[q] = s, utt_session[rows], np.asarray([local[r] for r in feats[q].candidates], np.int64)
+            scored[q] = s, session, np.asarray([local[r] for r in feats[q].candidates], np.int64)
     figures = {"none (--no-lexical-context)": cross_validated(data, method, questions, feats, signals, folds, backend)}
     for name, column in variants().items():
         extra = [replace(f, scores=np.column_stack([f.scores, column(*scored[q])]), active=np.append(f.active, True))

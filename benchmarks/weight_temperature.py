@@ -49,14 +49,15 @@ def main() -> int:
     per_tw = {tw: {} for tw in TEMPERATURES}
     chosen, picks = {}, []
     for fold in folds:
-        train = np.asarray([q for q in range(len(feats)) if q not in set(fold.tolist())])
+        held = set(fold.tolist())
+        train = np.asarray([q for q in range(len(feats)) if q not in held])
         model = fitted(train.tolist())
         for tw in TEMPERATURES:
             per_tw[tw].update(ranked(model, fold, tw))
         inner = {tw: {} for tw in TEMPERATURES}  # the training questions ranked by their own inner folds
         for part in folds_of(data, train.tolist(), args.folds, args.seed):
-            rest_of = [q for q in train.tolist() if q not in set(part.tolist())]
-            m = fitted(rest_of)
+            inside = set(part.tolist())
+            m = fitted([q for q in train.tolist() if q not in inside])
             for tw in TEMPERATURES:
                 inner[tw].update(ranked(m, part, tw))
         best = max(TEMPERATURES, key=lambda tw: (mean(inner[tw], train.tolist(), "nDCG@10"), -tw))
