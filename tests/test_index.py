@@ -464,7 +464,9 @@ def test_the_device_path_ranks_like_the_cpu_path(probed):
         config = dataclasses.replace(PROBED, query_probe=1, tol=1e-9)
     indexes = [MemoryIndex(HashingEncoder(), config, fixed_weights(config.signals), device=b)
                for b in (cpu, device_like)]
-    questions = ["kiwi banjo last week", "violet harbor", "mango", "quartz lantern tulip"]
+    # words of the memory: a question of none has cosines at rounding noise, which the CPU kernel and a BLAS product
+    # round differently (the device's products are cuBLAS's), so its near ties at a pool's edge may fall either way
+    questions = ["guitar lisbon last week", "violin harbor", "pasta", "chess river bakery"]
 
     def same_hits(**filters):
         a, b = (ix.search(questions, k=6, question_date="2023-06-01", **filters) for ix in indexes)
