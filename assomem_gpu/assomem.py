@@ -15,7 +15,7 @@ import numpy as np
 from .backend import Backend, get_backend
 from .config import AssoMemConfig
 from .encode import Encoder
-from .fusion import FusionModel, default_fusion, fit_fusion, fixed_weights, fuse
+from .fusion import FusionModel, calibrate_fusion, default_fusion, fixed_weights, fuse
 from .index import MemoryIndex
 from .memory import MemoryBank
 from .retrieve import EmbeddedDataset, by_memory
@@ -111,14 +111,15 @@ class AssoMem:
         return [r.rows for r in ranked]  # features carry bank rows, so the rankings do too
 
     def fit(self, data: EmbeddedDataset, questions: Sequence[int], feats: Sequence[Features]) -> FusionModel:
-        """Calibrate the fusion on these questions (those without evidence are skipped)."""
+        """Calibrate the fusion on these questions (those without evidence are skipped; see
+        ``fusion.calibrate_fusion``)."""
         ds = data.dataset
         keep = [i for i, q in enumerate(questions) if len(ds.questions[q].evidence)]
-        return fit_fusion(list(self.config.signals), [ds.questions[questions[i]].type for i in keep],
-                          [feats[i].scores for i in keep],
-                          [np.isin(feats[i].candidates, ds.questions[questions[i]].evidence) for i in keep],
-                          [feats[i].active for i in keep], data.questions[[questions[i] for i in keep]],
-                          self.config.bin_edges, self.config.weight_temperature)
+        rows = [questions[i] for i in keep]
+        labelled = [ds.questions[q] for q in rows]
+        return calibrate_fusion(self.config.signals, [q.type for q in labelled], [feats[i] for i in keep],
+                                [np.asarray(q.evidence) for q in labelled], data.questions[rows], self.config,
+                                self.backend, [q.memory for q in labelled])
 
     def default_fusion(self) -> FusionModel:
         """The shipped weights (see ``fusion.default_fusion``) for this config's signals and encoder."""

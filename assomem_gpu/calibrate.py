@@ -14,6 +14,7 @@ import numpy as np
 
 from .assomem import AssoMem
 from .cluster import Workers, connect
+from .folds import fold_ids
 from .retrieve import EmbeddedDataset, by_memory
 from .scoring import Features
 
@@ -24,21 +25,8 @@ def folds_of(data: EmbeddedDataset, questions: Sequence[int], k: int, seed: int 
     Where all questions share fewer memories than folds (MeetingQA: one), folds split the questions themselves:
     calibration then sees other questions' labels on the same memory, never the evaluated questions' own.
     """
-    if k < 2:
-        raise ValueError(f"cross-validation needs at least 2 folds, got {k}")
     qs = np.asarray(questions)
-    mem = np.asarray([data.dataset.questions[q].memory for q in qs])
-    rng = np.random.default_rng(seed)
-    units = np.unique(mem)
-    if len(units) >= k:
-        shuffled = rng.permutation(units)
-        assign = {u: i % k for i, u in enumerate(shuffled)}
-        fold = np.asarray([assign[m] for m in mem])
-    else:
-        if len(qs) < k:
-            raise ValueError(f"{len(qs)} questions cannot fill {k} folds")
-        fold = np.empty(len(qs), int)
-        fold[rng.permutation(len(qs))] = np.arange(len(qs)) % k
+    fold = fold_ids([data.dataset.questions[q].memory for q in qs], k, seed)
     return [qs[fold == i] for i in range(k)]
 
 
@@ -145,7 +133,8 @@ def _calibrate(args: argparse.Namespace, stack: ExitStack) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     save_weights(args.output, model, config.to_json(), encoder.name)
-    print(f"calibrated on {sum(len(q.evidence) > 0 for q in ds.questions)} questions; weights per type "
+    print(f"calibrated on {sum(len(q.evidence) > 0 for q in ds.questions)} questions; weight temperature "
+          f"{model.weight_temperature} (of {', '.join(map(str, config.weight_temperatures))}); weights per type "
           f"({', '.join(model.signals)}):")
     for t, w in zip(model.types, model.type_weights):
         print(f"  {t:28s} " + "  ".join(f"{x:.3f}" for x in w))

@@ -79,7 +79,9 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
                    help="past --exact-limit utterances: IVF lists a question's relevance is computed on; 0: every "
                         "utterance")
     a.add_argument("--temperature", type=float, default=d.temperature, help="T of the per-signal score softmax")
-    a.add_argument("--weight-temperature", type=float, default=d.weight_temperature, help="T of softmax(CMI / H / T)")
+    a.add_argument("--weight-temperatures", type=float, nargs="+", default=list(d.weight_temperatures),
+                   help="candidate T_w of the weights softmax(CMI / H / T_w): calibration picks one by an inner "
+                        "cross-validation on its questions (e.g. 0.05 0.1 0.2 0.5 1); one value fixes it")
     a.add_argument("--bin-edges", type=float, nargs="+", default=list(d.bin_edges),
                    help="quantile edges of the CMI score bins (two edges: low / medium / high)")
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
@@ -121,7 +123,7 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
                              clue_mix=args.clue_mix, damping=args.damping, ppr_hops=args.ppr_hops,
                              query_probe=args.query_probe, context_window=args.context_window,
                              sentences=not args.no_sentences, temperature=args.temperature,
-                             weight_temperature=args.weight_temperature, bin_edges=tuple(args.bin_edges))
+                             weight_temperatures=tuple(args.weight_temperatures), bin_edges=tuple(args.bin_edges))
     except ValueError as exc:
         raise ValueError(re.sub(r"(?:AssoMemConfig|GraphConfig)\.(\w+)",
                                 lambda m: "--" + m.group(1).replace("_", "-"), str(exc))) from None

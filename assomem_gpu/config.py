@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from .graph import GraphConfig
 
 SIGNALS = ("relevance", "importance", "temporal", "lexical", "context", "session", "lexical_context")
 CLUE_MODES = ("keywords", "centroid", "llm")
+WEIGHT_TEMPERATURES = (0.05, 0.1, 0.2, 0.5, 1.0)  # a span of T_w to choose from: sharp (one signal per type) to
+# near-equal weights (README, Method notes, Fusion)
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,9 @@ class AssoMemConfig:
     # members of the IVF lists of its this many nearest centroids, its candidates' and PPR neighbourhood's (0 = on
     # every utterance)
     temperature: float = 4.0  # T of the per-signal softmax over a question's candidates
-    weight_temperature: float = 0.05  # T of softmax(U / T), U = CMI / H(λ) in [0, 1]
+    weight_temperatures: tuple[float, ...] = (0.05,)  # candidate T_w of the fusion weights softmax(U / T_w),
+    # U = CMI / H(λ) in [0, 1]: calibration picks one by an inner cross-validation on its own questions
+    # (fusion.calibrate_fusion; e.g. WEIGHT_TEMPERATURES); a single value fixes it
     bin_edges: tuple[float, ...] = (0.5, 0.9)  # quantile edges of the low / medium / high score bins
 
     def __post_init__(self):
@@ -48,6 +53,10 @@ class AssoMemConfig:
             raise TypeError(f"AssoMemConfig.graph must be a GraphConfig, got {type(self.graph).__name__}")
         object.__setattr__(self, "signals", tuple(self.signals))
         object.__setattr__(self, "bin_edges", tuple(self.bin_edges))
+        if isinstance(self.weight_temperatures, str) or not isinstance(self.weight_temperatures, Iterable):
+            raise ValueError(f"AssoMemConfig.weight_temperatures must be a sequence of temperatures, got "
+                             f"{self.weight_temperatures!r} (one fixed value: ({self.weight_temperatures!r},))")
+        object.__setattr__(self, "weight_temperatures", tuple(self.weight_temperatures))
         if not self.signals or len(set(self.signals)) != len(self.signals) or set(self.signals) - set(SIGNALS):
             raise ValueError(f"AssoMemConfig.signals must be distinct names from {SIGNALS}, got {self.signals}")
         if not isinstance(self.sentences, bool):
@@ -62,8 +71,13 @@ class AssoMemConfig:
                 raise ValueError(f"AssoMemConfig.{name} must be an integer >= {low}, got {value!r}")
         _in_range("clue_mix", self.clue_mix, 0, 1, closed=True)
         _in_range("damping", self.damping, 0, 1, closed=False)
-        for name in ("tol", "temperature", "weight_temperature"):
+        for name in ("tol", "temperature"):
             _in_range(name, getattr(self, name), 0, math.inf, closed=False)
+        for t in self.weight_temperatures:
+            _in_range("weight_temperatures", t, 0, math.inf, closed=False)
+        if not self.weight_temperatures or list(self.weight_temperatures) != sorted(set(self.weight_temperatures)):
+            raise ValueError(f"AssoMemConfig.weight_temperatures must be increasing values, got "
+                             f"{self.weight_temperatures}")
         if len(self.bin_edges) < 1 or any(not 0 < e < 1 for e in self.bin_edges) \
                 or list(self.bin_edges) != sorted(set(self.bin_edges)):
             raise ValueError(f"AssoMemConfig.bin_edges must be increasing quantiles strictly between 0 and 1, "
@@ -72,6 +86,7 @@ class AssoMemConfig:
     def to_json(self) -> dict:
         out = asdict(self)
         out["signals"], out["bin_edges"] = list(self.signals), list(self.bin_edges)
+        out["weight_temperatures"] = list(self.weight_temperatures)
         return out
 
     @classmethod
@@ -80,6 +95,8 @@ class AssoMemConfig:
         obj.setdefault("lexical_pool", 0)  # a config saved before the BM25 pool existed ranked without it
         obj.setdefault("dense_pool", 0)  # (and before the dense pool, without that)
         obj.setdefault("sentences", False)  # (and before sentence passages, without them)
+        if "weight_temperature" in obj:  # (and before T_w was chosen by calibration, with the one it fixed)
+            obj.setdefault("weight_temperatures", (obj.pop("weight_temperature"),))
         graph = GraphConfig(**{"clue_merge": "components", **obj.pop("graph", {})})  # (and before leader clues, by
         # components)
         return cls(graph=graph, signals=tuple(obj.pop("signals", SIGNALS)),

@@ -4,8 +4,10 @@ For each question type q and signal d, candidates' normalised scores are cut int
 quantile edges, default the median and the 90th percentile: evidence is sparse, so "high" is a top sliver) and paired
 with their usefulness label λ (evidence or not); CMI_d(q) = I(bin; λ | type = q). Weights are
 softmax(U / T_w) with U = CMI / H(λ | q), the CMI as a share of the label's entropy, so that one temperature suits
-types whose evidence rates differ. At inference a logistic-regression classifier over question embeddings predicts the
-type, and the weights are the classifier's probability-weighted mix of the per-type weights.
+types whose evidence rates differ; given several T_w, calibration chooses one by an inner cross-validation on its
+questions (``calibrate_fusion``), from sharp weights (one signal per type) to near-equal ones. At inference a
+logistic-regression classifier over question embeddings predicts the type, and the weights are the classifier's
+probability-weighted mix of the per-type weights.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from .folds import fold_ids
 
 UNTYPED = "all"  # the one type of questions whose data carries none
 
@@ -147,6 +151,47 @@ def fit_fusion(signals: Sequence[str], types: Sequence[str | None], scores: Sequ
         order = [list(clf.classes_).index(t) for t in kinds]
         coef, intercept = c[order].astype(np.float32), b[order].astype(np.float32)
     return FusionModel(list(signals), kinds, cmi, weight_temperature, coef, intercept)
+
+
+INNER_FOLDS = 5  # of the cross-validation that chooses T_w
+
+
+def calibrate_fusion(signals: Sequence[str], types: Sequence[str | None], feats: Sequence,
+                     evidence: Sequence[np.ndarray], q_emb: np.ndarray, config, backend,
+                     memories: Sequence | None = None, seed: int = 0) -> FusionModel:
+    """The fusion fitted on labelled questions (``fit_fusion``), at the weight temperature among
+    ``config.weight_temperatures`` whose weights, fitted on the other inner folds, rank each inner fold's questions
+    best (mean nDCG@10; ties go to the sharper T_w). The inner folds are ``INNER_FOLDS`` (fewer with fewer
+    questions) seeded folds (``folds.fold_ids``: whole memories where there are as many, else the questions
+    themselves); with fewer than two questions, or one candidate, T_w is the first (the sharpest).
+
+    ``feats`` (``scoring.Features``) and ``evidence`` (utterance rows) are per question, in ``feats``' rows;
+    ``q_emb`` the questions' embeddings; ``memories`` each question's memory (None: all one memory's); ``config`` an
+    ``AssoMemConfig`` (its bin edges, temperatures); ``signals`` name ``feats``' score columns.
+    """
+    def fitted(qs, weight_temperature):
+        return fit_fusion(list(signals), [types[i] for i in qs], [feats[i].scores for i in qs],
+                          [np.isin(feats[i].candidates, evidence[i]) for i in qs], [feats[i].active for i in qs],
+                          q_emb[qs], config.bin_edges, weight_temperature)
+
+    temperatures = config.weight_temperatures
+    model = fitted(list(range(len(types))), temperatures[0])
+    k = min(INNER_FOLDS, len(types))
+    if len(temperatures) == 1 or k < 2:
+        return model
+    from .eval.metrics import utterance_metrics  # (eval imports this module: a top-level import would be circular)
+
+    fold = fold_ids(np.zeros(len(types)) if memories is None else memories, k, seed)
+    gain = np.zeros(len(temperatures))
+    for f in range(k):
+        held, train = np.flatnonzero(fold == f), np.flatnonzero(fold != f)
+        inner = fitted(train.tolist(), temperatures[0])
+        for t, tw in enumerate(temperatures):
+            ranked = fuse([feats[i] for i in held], q_emb[held], replace(inner, weight_temperature=tw),
+                          config.temperature, 10, backend)
+            gain[t] += sum(utterance_metrics(r.rows, evidence[i], (10,))["nDCG@10"] for r, i in zip(ranked, held))
+    best = max(range(len(temperatures)), key=lambda t: (gain[t], -temperatures[t]))
+    return replace(model, weight_temperature=temperatures[best])
 
 
 def restrict(model: FusionModel, signals: Sequence[str]) -> FusionModel:

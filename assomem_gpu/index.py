@@ -40,7 +40,7 @@ import numpy as np
 from .backend import Backend, get_backend
 from .config import AssoMemConfig
 from .encode import DEFAULT_MODEL, Encoder, prompted, text_encoder
-from .fusion import FusionModel, Ranking, default_fusion, fit_fusion, rank
+from .fusion import FusionModel, Ranking, calibrate_fusion, default_fusion, rank
 from .llm import LLM, make_llm
 from .locking import ReadWriteLock
 from .prompts import ANSWER_TOKENS, day, final_answer, generation_prompt
@@ -252,8 +252,9 @@ class MemoryIndex:
                     self._state.remove(np.unique(np.asarray(rows, np.int64)))
 
     def calibrate(self, questions: Iterable[LabelledQuestion | Mapping]) -> FusionModel:
-        """Fit the fusion weights (CMI per question type, and the type classifier) on labelled questions about
-        this memory, use them from now on, and return them. Questions whose evidence is empty are skipped."""
+        """Fit the fusion weights (CMI per question type, their temperature by an inner cross-validation where the
+        config gives several, and the type classifier) on labelled questions about this memory, use them from now
+        on, and return them. Questions whose evidence is empty are skipped."""
         qs = [_labelled(q, f"questions[{i}]") for i, q in enumerate(_listed(questions, "questions"))]
         if self.encoder is None:
             raise ValueError("questions: calibrating needs an encoder for the question texts")
@@ -269,11 +270,8 @@ class MemoryIndex:
                                          self.backend) for f in part.features(self.backend)]
             keep = [i for i, q in enumerate(qs) if q.evidence]
             evidence = [np.asarray([row_of[e] for e in qs[i].evidence], np.int64) for i in keep]
-            self.fusion = fit_fusion(list(self.config.signals), [qs[i].type for i in keep],
-                                     [feats[i].scores for i in keep],
-                                     [np.isin(feats[i].candidates, ev) for i, ev in zip(keep, evidence)],
-                                     [feats[i].active for i in keep], emb[keep], self.config.bin_edges,
-                                     self.config.weight_temperature)
+            self.fusion = calibrate_fusion(self.config.signals, [qs[i].type for i in keep], [feats[i] for i in keep],
+                                           evidence, emb[keep], self.config, self.backend)
             return self.fusion
 
     # ---- search --------------------------------------------------------------------------------------------------

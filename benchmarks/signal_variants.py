@@ -24,7 +24,7 @@ from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import make_encoder
 from assomem_gpu.eval.__main__ import parse_args
 from assomem_gpu.eval.metrics import mean_by_type, utterance_metrics
-from assomem_gpu.fusion import fit_fusion, fuse
+from assomem_gpu.fusion import calibrate_fusion, fuse
 from assomem_gpu.retrieve import EmbeddedDataset
 
 KS = (1, 3, 5, 6, 10)
@@ -94,10 +94,9 @@ def cross_validated(data, method, questions, feats, signals, folds, backend) -> 
     for fold in folds:
         held = set(fold.tolist())
         train = [q for q in questions if q not in held and len(ds.questions[q].evidence)]
-        model = fit_fusion(signals, [ds.questions[q].type for q in train], [by_q[q].scores for q in train],
-                           [np.isin(by_q[q].candidates, ds.questions[q].evidence) for q in train],
-                           [by_q[q].active for q in train], data.questions[train], cfg.bin_edges,
-                           cfg.weight_temperature)
+        model = calibrate_fusion(signals, [ds.questions[q].type for q in train], [by_q[q] for q in train],
+                                 [np.asarray(ds.questions[q].evidence) for q in train], data.questions[train], cfg,
+                                 backend, [ds.questions[q].memory for q in train])
         out = fuse([by_q[q] for q in fold], data.questions[fold], model, cfg.temperature, 100, backend)
         ranked.update(zip(fold.tolist(), [r.rows for r in out]))
     mean = mean_by_type((None, utterance_metrics(ranked[q], np.asarray(ds.questions[q].evidence), KS))

@@ -28,7 +28,7 @@ from assomem_gpu.graph import GraphConfig
 from assomem_gpu.retrieve import EmbeddedDataset
 
 GRAPH_GRID = {"top_clues": [5, 10], "delta": [0.7, 0.8], "gamma": [0.6, 0.7], "damping": [0.5, 0.85]}
-FUSION_GRID = {"temperature": [1.0, 2.0, 4.0], "weight_temperature": [0.05, 0.1, 0.2],
+FUSION_GRID = {"temperature": [1.0, 2.0, 4.0], "weight_temperatures": [(0.05,), (0.1,), (0.2,)],
                "bin_edges": [(0.9, 0.99), (0.5, 0.9)]}
 
 

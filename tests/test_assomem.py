@@ -137,9 +137,15 @@ def test_calibrate_then_apply_weights_elsewhere(tmp_path, meetingqa_file, capsys
     syn = synthetic_lme(tmp_path)
     weights = tmp_path / "w.json"
     assert calibrate_main(["--dataset", f"longmemeval:{syn}", "--output", str(weights), "--encoder", "hashing",
-                           "--quiet", "--top-clues", "2"]) == 0
+                           "--quiet", "--top-clues", "2", "--weight-temperatures", "0.05", "1"]) == 0
     saved = json.loads(weights.read_text())
     assert saved["config"]["top_clues"] == 2 and set(saved["fusion"]["types"]) == {"single-session-user", "multi-session"}
+    assert saved["config"]["weight_temperatures"] == [0.05, 1.0] and saved["fusion"]["weight_temperature"] in (0.05, 1)
+    assert f"weight temperature {saved['fusion']['weight_temperature']} (of 0.05, 1.0)" in capsys.readouterr().out
+    assert calibrate_main(["--dataset", f"longmemeval:{syn}", "--output", str(weights), "--encoder", "hashing",
+                           "--quiet", "--weight-temperatures", "0.05", "0"]) == 2
+    assert "--weight-temperatures must lie in (0, inf), got 0.0" in capsys.readouterr().err
+    assert json.loads(weights.read_text()) == saved  # a bad option writes nothing
     out = tmp_path / "o.json"
     assert eval_main(["--dataset", f"meetingqa:{meetingqa_file}", "--method", "assomem", "--weights", str(weights),
                       "--encoder", "hashing", "--quiet", "--output", str(out)]) == 0

@@ -3,8 +3,11 @@ import json
 import numpy as np
 import pytest
 
-from assomem_gpu.fusion import (conditional_mi, fit_fusion, fixed_weights, load_weights,
+from assomem_gpu.backend import get_backend
+from assomem_gpu.config import WEIGHT_TEMPERATURES, AssoMemConfig
+from assomem_gpu.fusion import (calibrate_fusion, conditional_mi, fit_fusion, fixed_weights, load_weights,
                                 mutual_information, quantile_bins, save_weights)
+from assomem_gpu.scoring import Features
 
 
 def test_mutual_information_hand_computed():
@@ -63,6 +66,39 @@ def test_classifier_mixes_type_weights_and_roundtrips(tmp_path):
     again, config = load_weights(path)
     assert config == {"top_clues": 3}
     assert np.allclose(again.weights(emb, np.ones((40, 2), bool)), model.weights(emb, np.ones((40, 2), bool)), atol=1e-6)
+
+
+def synthetic_questions(kind: str, n: int = 80, width: int = 40, seed: int = 0):
+    """Features of ``n`` questions of ``width`` candidates, one of them evidence, whose two signals are standard
+    normal noise, and the evidence rows. ``anti``: the evidence scores 3 above the noise on signal a and 3 below on b
+    (b is informative, so it has CMI, but it points away from the evidence); ``split``: the evidence scores 4 above
+    on a for three questions in five, on b for the others (a has the higher CMI, and b is needed by 40%)."""
+    rng = np.random.default_rng(seed)
+    feats, evidence = [], []
+    for q in range(n):
+        ev = rng.integers(width)
+        scores = rng.normal(size=(width, 2))
+        if kind == "anti":
+            scores[ev] += (3.0, -3.0)
+        else:
+            scores[ev, 0 if q % 5 < 3 else 1] += 4.0
+        feats.append(Features(np.arange(width), scores, np.ones(2, bool), np.zeros(0, np.int64), np.zeros(0)))
+        evidence.append(np.array([ev]))
+    return feats, evidence
+
+
+@pytest.mark.parametrize("kind, expected", [("anti", 0.05), ("split", 1.0)])
+def test_calibration_chooses_the_weight_temperature_by_inner_cross_validation(kind, expected):
+    """A signal with CMI that points away from the evidence wants the sharpest weights (none for it); two signals
+    each needed by some questions want the flattest (the sharpest would drop the one with less CMI)."""
+    feats, evidence = synthetic_questions(kind)
+    emb = np.random.default_rng(1).normal(size=(len(feats), 8)).astype(np.float32)
+    config, backend = AssoMemConfig(weight_temperatures=WEIGHT_TEMPERATURES), get_backend("cpu")
+    model = calibrate_fusion(["a", "b"], [None] * len(feats), feats, evidence, emb, config, backend)
+    assert WEIGHT_TEMPERATURES == (0.05, 0.1, 0.2, 0.5, 1.0) and model.weight_temperature == expected
+    fixed = AssoMemConfig(weight_temperatures=(0.5,))  # one candidate fixes it; the CMI is the same
+    again = calibrate_fusion(["a", "b"], [None] * len(feats), feats, evidence, emb, fixed, backend)
+    assert again.weight_temperature == 0.5 and np.array_equal(again.cmi, model.cmi)
 
 
 def test_fit_without_evidence_is_a_clear_error():

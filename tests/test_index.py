@@ -1,4 +1,5 @@
 """MemoryIndex: writes equal a fresh build, search with text and filters, save/load, bad input, concurrency."""
+import dataclasses
 import hashlib
 import json
 import threading
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from assomem_gpu import AssoMemConfig, GraphConfig, MemoryIndex, Session, SnapshotError, Utterance
-from assomem_gpu.config import SIGNALS
+from assomem_gpu.config import SIGNALS, WEIGHT_TEMPERATURES
 from assomem_gpu.encode import HashingEncoder
 from assomem_gpu.fusion import fixed_weights
 from assomem_gpu.snapshot import read, write
@@ -434,6 +435,11 @@ def test_calibrate_fits_weights_from_labelled_questions():
     with pytest.raises(ValueError, match="unknown fields"):
         index.calibrate([{"text": "x", "evidence": [], "colour": "red"}])
     assert index.fusion is model
+    choosing = make_index(dataclasses.replace(index.config, weight_temperatures=WEIGHT_TEMPERATURES))
+    choosing.add_sessions(sessions)  # the same CMI; T_w one of the candidates (the shipped config's fixes 0.05)
+    chosen = choosing.calibrate(questions)
+    assert chosen.weight_temperature in WEIGHT_TEMPERATURES and np.array_equal(chosen.cmi, model.cmi)
+    assert model.weight_temperature == 0.05
 
 
 def test_default_weights_ship_with_the_package():
@@ -448,7 +454,6 @@ def test_the_device_path_ranks_like_the_cpu_path(probed):
     version, PPR by the library step read back every 4 iterations, a full-sort top-k, repeats by sorted search. Its
     hits equal the CPU backend's, also after writes (the kept uploads follow the version); ``probed``: a memory
     past ``exact_limit`` whose relevance goes through the IVF."""
-    import dataclasses
     import functools
 
     from assomem_gpu.backend import get_backend
@@ -600,8 +605,6 @@ def test_questions_probe_only_lists_that_hold_utterances():
 def test_the_bm25_top_of_the_memory_joins_the_clues_candidates():
     """``lexical_pool`` N: a question's candidates are its top clue's utterances and the memory's N best by BM25
     (those scoring above 0), each once, ascending."""
-    import dataclasses
-
     from assomem_gpu.scoring import Queries, score
 
     config = AssoMemConfig(top_clues=1, min_candidates=0, clue_mode="centroid", lexical_pool=0, dense_pool=0,
@@ -651,8 +654,6 @@ def test_the_lexical_context_signal_is_the_bm25_score_of_a_candidates_turn_befor
 def test_the_dense_top_of_the_memory_joins_the_clues_candidates(probed, monkeypatch):
     """``dense_pool`` N: a question's candidates are its top clue's utterances and its N most similar utterances
     (ties: the lower row; probed, among its probed lists' members), each once, ascending."""
-    import dataclasses
-
     from assomem_gpu import scoring
     from assomem_gpu.scoring import Queries, relevance, score
 
@@ -705,6 +706,19 @@ def test_a_config_saved_before_leader_clues_merges_by_components_and_the_shipped
         AssoMemConfig(sentences=1)
     shipped = json.loads(files("assomem_gpu").joinpath(DEFAULT_WEIGHTS).read_text(encoding="utf-8"))
     assert AssoMemConfig.from_json(shipped["config"]) == AssoMemConfig()  # recalibrate them when a default changes
+
+
+def test_weight_temperatures_are_checked_and_a_config_saved_with_one_fixes_it():
+    assert AssoMemConfig().weight_temperatures == (0.05,)
+    for bad in (0.1, np.float32(0.1), "0.1", (), (0.1, 0.1), (0.5, 0.1), (0.1, -1.0), (0.1, float("nan"))):
+        with pytest.raises(ValueError, match="weight_temperatures"):
+            AssoMemConfig(weight_temperatures=bad)
+    saved = AssoMemConfig().to_json()
+    del saved["weight_temperatures"]
+    saved["weight_temperature"] = 0.1  # a config saved before T_w was chosen by calibration
+    assert AssoMemConfig.from_json(saved).weight_temperatures == (0.1,)
+    several = AssoMemConfig(weight_temperatures=[0.05, 0.5])
+    assert AssoMemConfig.from_json(several.to_json()) == several and several.weight_temperatures == (0.05, 0.5)
 
 
 @pytest.mark.parametrize("query_probe", [0, 2])
