@@ -4,8 +4,8 @@
         --dataset meetingqa:../shared/data/meetingqa/meeting_qa_raw.json --output benchmarks/results/sweep.json
 
 Graph/candidate parameters (δ, γ, K, d) change the features and are computed once per setting; fusion parameters
-(T, T_w, bin edges) reuse them. The default chosen is the setting with the best mean R@10 over all datasets given,
-so no dataset gets its own defaults.
+(T, T_w fixed or chosen by calibration among ``WEIGHT_TEMPERATURES``, bin edges) reuse them. The default chosen is
+the setting with the best mean R@10 over all datasets given, so no dataset gets its own defaults.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from assomem_gpu.assomem import AssoMem
-from assomem_gpu.config import AssoMemConfig
+from assomem_gpu.config import WEIGHT_TEMPERATURES, AssoMemConfig
 from assomem_gpu.calibrate import compute_features, folds_of
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import make_encoder
@@ -28,7 +28,7 @@ from assomem_gpu.graph import GraphConfig
 from assomem_gpu.retrieve import EmbeddedDataset
 
 GRAPH_GRID = {"top_clues": [5, 10], "delta": [0.7, 0.8], "gamma": [0.6, 0.7], "damping": [0.5, 0.85]}
-FUSION_GRID = {"temperature": [1.0, 2.0, 4.0], "weight_temperatures": [(0.05,), (0.1,), (0.2,)],
+FUSION_GRID = {"temperature": [1.0, 2.0, 4.0], "weight_temperatures": [(0.05,), (0.1,), (0.2,), WEIGHT_TEMPERATURES],
                "bin_edges": [(0.9, 0.99), (0.5, 0.9)]}
 
 
