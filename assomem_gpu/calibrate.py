@@ -32,9 +32,10 @@ def folds_of(data: EmbeddedDataset, questions: Sequence[int], k: int, seed: int 
 
 def cross_validated_rankings(method: AssoMem, data: EmbeddedDataset, questions: Sequence[int], k: int, depth: int,
                              seed: int = 0, batch_size: int = 64, progress: bool = True,
-                             workers: Workers | None = None) -> list[np.ndarray]:
-    """Rankings of ``questions`` where each fold is ranked with weights calibrated on the other folds only.
-    ``workers``: run the memories and the folds as Dask tasks (``cluster``), with the same result."""
+                             workers: Workers | None = None) -> tuple[list[np.ndarray], list[float]]:
+    """Rankings of ``questions`` where each fold is ranked with weights calibrated on the other folds only, and the
+    weight temperature of each question's weights (what its fold's calibration chose). ``workers``: run the memories
+    and the folds as Dask tasks (``cluster``), with the same result."""
     feats = compute_features(method, data, questions, batch_size, progress, workers)
     folds = folds_of(data, questions, k, seed)
     if workers is not None:
@@ -44,19 +45,20 @@ def cross_validated_rankings(method: AssoMem, data: EmbeddedDataset, questions: 
         out = {}
         for fold in folds:
             out.update(zip(fold.tolist(), fold_rankings(method, data, fold, questions, feats, depth)))
-    return [out[q] for q in questions]
+    return [out[q][0] for q in questions], [out[q][1] for q in questions]
 
 
 def fold_rankings(method: AssoMem, data: EmbeddedDataset, fold: np.ndarray, questions: Sequence[int],
-                  feats: Sequence[Features], depth: int) -> list[np.ndarray]:
-    """Rankings of the questions in ``fold`` (``feats`` align with ``questions``), fused with weights calibrated on
-    the other questions; with the shipped weights when those hold no labelled question."""
+                  feats: Sequence[Features], depth: int) -> list[tuple[np.ndarray, float]]:
+    """(ranking, weight temperature) of each question in ``fold`` (``feats`` align with ``questions``), fused with
+    weights calibrated on the other questions; with the shipped weights when those hold no labelled question."""
     by_q = dict(zip(questions, feats))
     held = set(fold.tolist())
     train = [q for q in questions if q not in held]
     labelled = any(len(data.dataset.questions[q].evidence) for q in train)
     model = method.fit(data, train, [by_q[q] for q in train]) if labelled else method.default_fusion()
-    return method.fuse([by_q[q] for q in fold], data.questions[fold], model, depth)
+    return [(r, model.weight_temperature) for r in method.fuse([by_q[q] for q in fold], data.questions[fold], model,
+                                                               depth)]
 
 
 def compute_features(method: AssoMem, data: EmbeddedDataset, questions: Sequence[int], batch_size: int = 64,

@@ -114,8 +114,8 @@ def test_calibration_never_sees_evaluated_questions(tmp_path):
     data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), HashingEncoder())
     method = RecordingAssoMem(AssoMemConfig(), encoder=HashingEncoder())
     qs = list(range(12))
-    rankings = cross_validated_rankings(method, data, qs, k=4, depth=50, progress=False)
-    assert len(rankings) == 12 and len(method.fitted_on) == 4
+    rankings, temperatures = cross_validated_rankings(method, data, qs, k=4, depth=50, progress=False)
+    assert len(rankings) == 12 and len(method.fitted_on) == 4 and temperatures == [0.05] * 12
     folds = folds_of(data, qs, 4)
     for fitted, fold in zip(method.fitted_on, folds):
         assert not fitted & set(fold.tolist()) and fitted | set(fold.tolist()) == set(qs)
@@ -142,6 +142,12 @@ def test_calibrate_then_apply_weights_elsewhere(tmp_path, meetingqa_file, capsys
     assert saved["config"]["top_clues"] == 2 and set(saved["fusion"]["types"]) == {"single-session-user", "multi-session"}
     assert saved["config"]["weight_temperatures"] == [0.05, 1.0] and saved["fusion"]["weight_temperature"] in (0.05, 1)
     assert f"weight temperature {saved['fusion']['weight_temperature']} (of 0.05, 1.0)" in capsys.readouterr().out
+    out = tmp_path / "cv.json"  # cross-validated, the report counts the questions each chosen T_w ranked
+    assert eval_main(["--dataset", f"longmemeval:{syn}", "--method", "assomem", "--encoder", "hashing", "--quiet",
+                      "--folds", "3", "--weight-temperatures", "0.05", "1", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    used = result["results"]["assomem"]["weight_temperatures"]
+    assert set(used) <= {"0.05", "1.0"} and sum(used.values()) == result["n_questions"]
     assert calibrate_main(["--dataset", f"longmemeval:{syn}", "--output", str(weights), "--encoder", "hashing",
                            "--quiet", "--weight-temperatures", "0.05", "0"]) == 2
     assert "--weight-temperatures must lie in (0, inf), got 0.0" in capsys.readouterr().err

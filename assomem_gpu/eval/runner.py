@@ -26,10 +26,15 @@ class EvalResult:
     summary: dict[str, dict[str, float]]  # "all" and per type
     retrieve_s: float
     session_summary: dict[str, dict[str, float]] = field(default_factory=dict)
+    weight_temperatures: dict[str, int] = field(default_factory=dict)  # of a cross-validated method: how many
+    # questions were ranked with weights at each T_w (what their folds' calibrations chose)
 
     def to_json(self) -> dict:
-        return {"method": self.method, "retrieve_s": round(self.retrieve_s, 3), "metrics": self.summary,
-                "session_metrics": self.session_summary}
+        out = {"method": self.method, "retrieve_s": round(self.retrieve_s, 3), "metrics": self.summary,
+               "session_metrics": self.session_summary}
+        if self.weight_temperatures:
+            out["weight_temperatures"] = self.weight_temperatures
+        return out
 
 
 def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: int = 100, batch_size: int = 64,
@@ -46,10 +51,12 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
     depth = max(depth, EXPORT_MIN_DEPTH, *ks)
     start = time.perf_counter()
     rows = list(range(len(ds.questions)))
+    temperatures: dict[str, int] = {}
     if getattr(method, "needs_calibration", False):
         from ..calibrate import cross_validated_rankings
 
-        rankings = cross_validated_rankings(method, data, rows, folds, depth, seed, batch_size, progress, workers)
+        rankings, used = cross_validated_rankings(method, data, rows, folds, depth, seed, batch_size, progress, workers)
+        temperatures = {str(t): used.count(t) for t in sorted(set(used))}
     elif workers is not None:
         rankings = workers.per_memory(method, rows, rank_memory, depth, batch_size, progress=progress)
     else:
@@ -70,7 +77,7 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
         if not q.abstention:  # LongMemEval's official evaluation leaves abstention questions out
             session_typed.append((q.type, session_metrics(utt_session[ranked], np.unique(utt_session[q.evidence]), ks)))
     return EvalResult(method.name, rankings, per_question, mean_by_type(typed) if typed else {}, retrieve_s,
-                      mean_by_type(session_typed) if session_typed else {})
+                      mean_by_type(session_typed) if session_typed else {}, temperatures)
 
 
 def rank_memory(method: Method, data: EmbeddedDataset, group: Sequence[int], depth: int, batch_size: int = 64
