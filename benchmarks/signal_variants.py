@@ -99,8 +99,14 @@ def cross_validated(data, method, questions, feats, signals, folds, backend) -> 
                                  backend, [ds.questions[q].memory for q in train])
         out = fuse([by_q[q] for q in fold], data.questions[fold], model, cfg.temperature, 100, backend)
         ranked.update(zip(fold.tolist(), [r.rows for r in out]))
+    return recall(ranked, ds, questions)
+
+
+def recall(ranked: dict, ds, questions) -> dict[str, float]:
+    """Mean R@k (percent) of ``ranked`` (question -> bank rows) over the questions with evidence, as the eval CLI
+    averages."""
     mean = mean_by_type((None, utterance_metrics(ranked[q], np.asarray(ds.questions[q].evidence), KS))
-                        for q in questions if len(ds.questions[q].evidence))["all"]  # as the eval CLI averages
+                        for q in questions if len(ds.questions[q].evidence))["all"]
     return {f"R@{k}": round(100 * mean[f"R@{k}"], 2) for k in KS}
 
 

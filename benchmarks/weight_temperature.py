@@ -14,12 +14,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-import numpy as np
-
-from signal_variants import KS, features, report
+from signal_variants import features, recall, report
 from assomem_gpu.backend import get_backend
 from assomem_gpu.config import WEIGHT_TEMPERATURES
-from assomem_gpu.eval.metrics import mean_by_type, utterance_metrics
 from assomem_gpu.fusion import fuse
 
 
@@ -41,25 +38,20 @@ def main() -> int:
                    cfg.temperature, 100, backend)
         return dict(zip(questions.tolist(), [r.rows for r in out]))
 
-    def mean(rankings, questions):
-        rows = [(None, utterance_metrics(rankings[q], np.asarray(ds.questions[q].evidence), KS))
-                for q in questions if len(ds.questions[q].evidence)]
-        m = mean_by_type(rows)["all"]
-        return {f"R@{k}": round(100 * m[f"R@{k}"], 2) for k in KS}
-
-    per_tw = {tw: {} for tw in WEIGHT_TEMPERATURES}
+    temperatures = sorted(set(WEIGHT_TEMPERATURES) | set(cfg.weight_temperatures))
+    per_tw = {tw: {} for tw in temperatures}
     chosen, picks = {}, []
     for fold in folds:
         held = set(fold.tolist())
         model = fitted([q for q in range(len(feats)) if q not in held])  # T_w chosen by calibration's inner CV
         picks.append(model.weight_temperature)
-        chosen.update(ranked(model, fold, model.weight_temperature))
-        for tw in WEIGHT_TEMPERATURES:
+        for tw in temperatures:
             per_tw[tw].update(ranked(model, fold, tw))
+        chosen.update({q: per_tw[model.weight_temperature][q] for q in fold.tolist()})
     questions = list(range(len(feats)))
-    figures = {f"T_w {tw}": mean(per_tw[tw], questions) for tw in WEIGHT_TEMPERATURES}
-    figures[f"T_w by calibration's inner cross-validation (picked {', '.join(map(str, picks))})"] = mean(chosen,
-                                                                                                      questions)
+    figures = {f"T_w {tw}": recall(per_tw[tw], ds, questions) for tw in temperatures}
+    figures[f"T_w by calibration's inner cross-validation (picked {', '.join(map(str, picks))})"] = recall(
+        chosen, ds, questions)
     report(figures, args, own.output)
     return 0
 
