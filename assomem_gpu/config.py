@@ -43,9 +43,9 @@ class AssoMemConfig:
     # members of the IVF lists of its this many nearest centroids, its candidates' and PPR neighbourhood's (0 = on
     # every utterance)
     temperature: float = 4.0  # T of the per-signal softmax over a question's candidates
-    weight_temperatures: tuple[float, ...] = (0.05,)  # candidate T_w of the fusion weights softmax(U / T_w),
-    # U = CMI / H(λ) in [0, 1]: calibration picks one by an inner cross-validation on its own questions
-    # (fusion.calibrate_fusion; e.g. WEIGHT_TEMPERATURES); a single value fixes it
+    weight_temperatures: tuple[float, ...] = WEIGHT_TEMPERATURES  # candidate T_w of the fusion weights
+    # softmax(U / T_w), U = CMI / H(λ) in [0, 1]: calibration picks one by an inner cross-validation on its own
+    # questions (fusion.calibrate_fusion); a single value fixes it
     bin_edges: tuple[float, ...] = (0.5, 0.9)  # quantile edges of the low / medium / high score bins
 
     def __post_init__(self):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from assomem_gpu.backend import get_backend
-from assomem_gpu.config import WEIGHT_TEMPERATURES, AssoMemConfig
+from assomem_gpu.config import AssoMemConfig
 from assomem_gpu.fusion import (calibrate_fusion, conditional_mi, fit_fusion, fixed_weights, load_weights,
                                 mutual_information, quantile_bins, save_weights)
 from assomem_gpu.scoring import Features
@@ -93,9 +93,9 @@ def test_calibration_chooses_the_weight_temperature_by_inner_cross_validation(ki
     each needed by some questions want the flattest (the sharpest would drop the one with less CMI)."""
     feats, evidence = synthetic_questions(kind)
     emb = np.random.default_rng(1).normal(size=(len(feats), 8)).astype(np.float32)
-    config, backend = AssoMemConfig(weight_temperatures=WEIGHT_TEMPERATURES), get_backend("cpu")
+    config, backend = AssoMemConfig(), get_backend("cpu")  # its candidates: config.WEIGHT_TEMPERATURES
     model = calibrate_fusion(["a", "b"], [None] * len(feats), feats, evidence, emb, config, backend)
-    assert WEIGHT_TEMPERATURES == (0.05, 0.1, 0.2, 0.5, 1.0) and model.weight_temperature == expected
+    assert config.weight_temperatures == (0.05, 0.1, 0.2, 0.5, 1.0) and model.weight_temperature == expected
     fixed = AssoMemConfig(weight_temperatures=(0.5,))  # one candidate fixes it; the CMI is the same
     again = calibrate_fusion(["a", "b"], [None] * len(feats), feats, evidence, emb, fixed, backend)
     assert again.weight_temperature == 0.5 and np.array_equal(again.cmi, model.cmi)

@@ -435,11 +435,11 @@ def test_calibrate_fits_weights_from_labelled_questions():
     with pytest.raises(ValueError, match="unknown fields"):
         index.calibrate([{"text": "x", "evidence": [], "colour": "red"}])
     assert index.fusion is model
-    choosing = make_index(dataclasses.replace(index.config, weight_temperatures=WEIGHT_TEMPERATURES))
-    choosing.add_sessions(sessions)  # the same CMI; T_w one of the candidates (the shipped config's fixes 0.05)
-    chosen = choosing.calibrate(questions)
-    assert chosen.weight_temperature in WEIGHT_TEMPERATURES and np.array_equal(chosen.cmi, model.cmi)
-    assert model.weight_temperature == 0.05
+    assert model.weight_temperature in WEIGHT_TEMPERATURES  # the default config's candidates
+    fixing = make_index(dataclasses.replace(index.config, weight_temperatures=(0.5,)))
+    fixing.add_sessions(sessions)  # the same CMI; one candidate fixes T_w
+    fixed = fixing.calibrate(questions)
+    assert fixed.weight_temperature == 0.5 and np.array_equal(fixed.cmi, model.cmi)
 
 
 def test_default_weights_ship_with_the_package():
@@ -709,7 +709,7 @@ def test_a_config_saved_before_leader_clues_merges_by_components_and_the_shipped
 
 
 def test_weight_temperatures_are_checked_and_a_config_saved_with_one_fixes_it():
-    assert AssoMemConfig().weight_temperatures == (0.05,)
+    assert AssoMemConfig().weight_temperatures == WEIGHT_TEMPERATURES == (0.05, 0.1, 0.2, 0.5, 1.0)
     for bad in (0.1, np.float32(0.1), "0.1", (), (0.1, 0.1), (0.5, 0.1), (0.1, -1.0), (0.1, float("nan"))):
         with pytest.raises(ValueError, match="weight_temperatures"):
             AssoMemConfig(weight_temperatures=bad)
