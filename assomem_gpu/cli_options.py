@@ -81,7 +81,7 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
     a.add_argument("--temperature", type=float, default=d.temperature, help="T of the per-signal score softmax")
     a.add_argument("--weight-temperatures", type=float, nargs="+", default=list(d.weight_temperatures),
                    help="candidate T_w of the weights softmax(CMI / H / T_w): calibration picks one by an inner "
-                        "cross-validation on its questions (e.g. 0.05 0.1 0.2 0.5 1); one value fixes it")
+                        "cross-validation on its questions (default 0.05 0.1 0.2 0.5 1); one value fixes it")
     a.add_argument("--bin-edges", type=float, nargs="+", default=list(d.bin_edges),
                    help="quantile edges of the CMI score bins (two edges: low / medium / high)")
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
