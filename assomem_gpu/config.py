@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from .graph import GraphConfig
 
@@ -82,6 +82,11 @@ class AssoMemConfig:
                 or list(self.bin_edges) != sorted(set(self.bin_edges)):
             raise ValueError(f"AssoMemConfig.bin_edges must be increasing quantiles strictly between 0 and 1, "
                              f"got {self.bin_edges}")
+
+    def ranks_like(self, other: AssoMemConfig) -> bool:
+        """Whether an index built with ``other`` holds and ranks what one built with this config does: the two may
+        differ only in what calibration alone reads (``weight_temperatures``, ``bin_edges``)."""
+        return replace(other, weight_temperatures=self.weight_temperatures, bin_edges=self.bin_edges) == self
 
     def to_json(self) -> dict:
         out = asdict(self)

@@ -2,8 +2,8 @@
 each question's features once (the config the options give), fused with weights fitted on the other folds (the CLI's
 folds) at each fixed T_w, and at the T_w calibration chose for the fold among ``--weight-temperatures`` (by default
 ``config.WEIGHT_TEMPERATURES``; ``fusion.calibrate_fusion``: an inner cross-validation on the fold's training
-questions, so no evaluated question's labels choose it). The row "T_w 0.05" gives the eval CLI's default figures,
-the last row its figures with the same ``--weight-temperatures``, to the digit.
+questions, so no evaluated question's labels choose it). The last row gives the eval CLI's figures with the same
+options, to the digit (the row "T_w 0.05" its figures with ``--weight-temperatures 0.05``).
 
     python benchmarks/weight_temperature.py --dataset SPEC [--haystack-sessions N --limit N] [--output FILE.json]
 
@@ -25,8 +25,6 @@ def main() -> int:
     p.add_argument("--output", help="JSON file for the figures")
     own, rest = p.parse_known_args()
     args, data, method, feats, folds = features(rest)
-    if len(method.config.weight_temperatures) == 1:  # calibration chooses among these unless the options give some
-        method.config = replace(method.config, weight_temperatures=WEIGHT_TEMPERATURES)
     ds, backend, cfg = data.dataset, get_backend("cpu"), method.config
     by_q = dict(zip(range(len(feats)), feats))
 

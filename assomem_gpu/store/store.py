@@ -420,14 +420,15 @@ class MemoryStore:
 
     def _newest_snapshot(self, tenant_id: int) -> MemoryIndex | None:
         """The tenant's newest readable snapshot made with this store's settings, or None. A snapshot made with
-        other settings (the store opened with another config) is deleted, so that this config's takes its name."""
+        other settings (the store opened with a config that ranks otherwise: ``AssoMemConfig.ranks_like``) is deleted,
+        so that this config's takes its name."""
         paths = (self.directory / "snapshots").glob(f"{tenant_id}-*.npz")
         for _, path in sorted(((int(p.stem.split("-")[1]), p) for p in paths), reverse=True):
             try:
                 index = MemoryIndex.load(path, encoder=self.encoder, device=self.backend)
             except (SnapshotError, ValueError, OSError):
                 continue
-            if index.config == self.config and index.dated == self.dated:
+            if self.config.ranks_like(index.config) and index.dated == self.dated:
                 index.fusion = self.fusion
                 return index
             path.unlink(missing_ok=True)
