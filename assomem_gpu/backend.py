@@ -3,6 +3,8 @@ that runs it, chosen one component at a time with the reason (as xformers dispat
 
 Components: ``arrays`` (CuPy on the device, else numpy), ``ppr_step`` (one PPR iteration: the CUDA C++ step, else
 cuSPARSE SpMM, else the array library's product; on the CPU the Numba twin runs the whole iteration),
+``local_importance`` (H PPR iterations for the candidates: on the CPU each question on its own ball, on the device
+the batch on the whole graph),
 ``fused_topk`` (the Numba CUDA kernel, else its Numba CPU twin) and ``similarity_search`` (the graph build's range
 search). Each GPU candidate is probed once per process by a real call on a tiny input; a failure is the reason the
 next candidate runs, logged (logger ``assomem_gpu.backend``) and kept in ``Backend.components``, which every
@@ -50,6 +52,8 @@ class Backend:
     max_batch: int  # questions per pass: a CPU pass stays within its cache and its allocator's reused memory
     components: Mapping[str, Choice] = field(default_factory=dict)
     ppr_steps: bool = True  # ppr(..., tol=0, max_iter=H) runs exactly H iterations (local importance needs it)
+    ppr_balls: bool = False  # local importance iterates each question on its own ball (kernels/local_ppr.py, the
+    # CPU), else the batch on the whole graph (the device: one product per iteration, the batch where it lies)
     _uploads: dict = field(default_factory=dict, compare=False, repr=False)  # (id(owner), name) -> (ref, version, upload)
 
     def asarray(self, x, dtype=None):
@@ -311,10 +315,12 @@ def cpu_backend(why: str = "device='cpu'") -> Backend:
 
     components = {"arrays": Choice("cpu: numpy", why),
                   "ppr_step": Choice("cpu: Numba, the whole iteration fused (kernels/ppr_cpu.py)", why),
+                  "local_importance": Choice("cpu: each question's ball, Numba (kernels/local_ppr.py)", why),
                   "fused_topk": Choice("cpu: Numba parallel twin", why),
                   "similarity_search": _similarity_choice()}
     return Backend("cpu", f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)", np, scipy.sparse,
-                   personalized_pagerank_cpu, fused_topk_cpu, top_k, max_batch=256, components=components)
+                   personalized_pagerank_cpu, fused_topk_cpu, top_k, max_batch=256, components=components,
+                   ppr_balls=True)
 
 
 def cuda_backend() -> Backend:
@@ -343,8 +349,10 @@ def cuda_backend() -> Backend:
         else (fused_topk_cpu, Choice("cpu: Numba parallel twin", topk_reason))
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    components = {"arrays": Choice("cuda: CuPy", "preferred"), "ppr_step": step_choice, "fused_topk": topk_choice,
-                  "similarity_search": _similarity_choice()}
+    components = {"arrays": Choice("cuda: CuPy", "preferred"), "ppr_step": step_choice,
+                  "local_importance": Choice("cuda: the whole graph, one product per iteration",
+                                             "the batch stays on the device (the balls' kernel runs on the host)"),
+                  "fused_topk": topk_choice, "similarity_search": _similarity_choice()}
     ppr = functools.partial(personalized_pagerank, xp=cupy, step=step, check_every=PPR_CHECK_EVERY)
     return Backend("cuda", name, cupy, cupyx.scipy.sparse, ppr, topk, _device_top_k, max_batch=4096,
                    components=components)

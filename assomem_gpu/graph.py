@@ -160,18 +160,6 @@ class MemoryGraph:
     def n_nodes(self) -> int:
         return self.n_utt + self.n_clues + self.n_speakers
 
-    def reach(self, seeds: np.ndarray, hops: int) -> np.ndarray:
-        """The nodes within ``hops`` edges of the ``seeds`` (node ids), ascending (utterance nodes first)."""
-        from .kernels.reach import reach  # Numba loads on the first search, not on import
-
-        return reach(self.adjacency.indptr, self.adjacency.indices, seeds, hops)
-
-    def transition_within(self, nodes: np.ndarray) -> sp.csr_matrix:
-        """``transition[nodes][:, nodes]`` for ascending ``nodes`` (int64), in one pass over their rows."""
-        from .kernels.submatrix import within  # Numba loads on the first search, not on import
-
-        return within(self.transition, nodes)
-
     def _transition(self) -> sp.csr_matrix:
         """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass: a self-loop), with
         int64 indices (the CPU PPR kernel runs twice as fast on them; device copies take int32): each edge's weight

@@ -250,7 +250,7 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             signals[:, :, s] = best
         elif name == "importance":
             with stage("ppr"):
-                ppr = importance(g, rel.cosines, rel.mass, at, valid, config, backend)
+                ppr = importance(g, rel, at, valid, config, backend)
                 signals[:, :, s] = xp.log(xp.maximum(ppr, 1e-30))
         elif name == "lexical":
             with stage("lexical"):
@@ -407,62 +407,58 @@ def teleport(cosines, n_nodes: int, xp=np, mass=None, n_utt: int | None = None):
     return t.T
 
 
-def importance(g: MemoryGraph, cosines: Callable, mass, at, valid, config: AssoMemConfig, backend: Backend):
+def importance(g: MemoryGraph, rel: Relevance, at, valid, config: AssoMemConfig, backend: Backend):
     """PPR scores (B, C) of the utterance rows ``at`` (where ``valid``) of each question, by batched power
-    iteration. ``cosines(questions, rows)``: those questions' cosines to these utterance rows (None: every utterance;
-    a filter's -inf clips to 0 like any negative cosine); ``mass`` (B,): the teleport's normaliser, the clipped
-    cosine sum of every (or, with a probed relevance, every probed) utterance. PPR is linear in the teleport, so a
-    question's normaliser scales its scores alone and leaves their z-scores as they are.
+    iteration. ``rel``: the batch's relevance (its cosines make the teleports; ``rel.mass`` (B,), the teleport's
+    normaliser, is the clipped cosine sum of every, or with a probed relevance every probed, utterance; a filter's
+    -inf clips to 0 like any negative cosine). PPR is linear in the teleport, so a question's normaliser scales its
+    scores alone and leaves their z-scores as they are.
 
-    ``config.ppr_hops`` = H > 0: H iterations from r = t, on the nodes within H hops of the candidates. A node's
-    value after m iterations reads only nodes m hops away, so the candidates get the very values H iterations over
-    the whole graph give them; the rest of the series weighs at most d^H of the whole in L1. The batch runs in parts
-    of questions whose neighbourhoods overlap (``_neighbourhoods``); a part whose neighbourhood holds more than half
-    the graph runs on the whole graph. H = 0: the whole graph, every question at once, until the change is below
-    ``tol``.
+    ``config.ppr_hops`` = H > 0: H iterations from r = t. A node's value after m iterations reads only nodes m hops
+    away, so the candidates get the values of H iterations over the whole graph from the nodes within H hops of
+    them; the rest of the series weighs at most d^H of the whole in L1. Where the backend runs balls
+    (``Backend.ppr_balls``, the CPU) each question iterates on its own (``_ball_importance``); else, or where the
+    balls would hold more than 1 / ``BALL_SHARE`` of the graph on average, the batch iterates on the whole graph.
+    H = 0: the whole graph, every question at once, until the change is below ``tol``.
     """
     xp = backend.xp
-    everyone = np.arange(len(at))
-    if config.ppr_hops == 0:
-        tele = teleport(cosines(everyone, None), g.n_nodes, xp)
-        r, _ = backend.ppr(backend.csr(g.transition), tele, config.damping, config.tol, config.max_iter)
-        return r[at, xp.arange(len(at))[:, None]]
-    out = xp.zeros(at.shape, np.float32)
+    if config.ppr_hops and backend.ppr_balls:
+        out = _ball_importance(g, rel, at, valid, config, backend)
+        if out is not None:
+            return out
+    tele = teleport(rel.cosines(np.arange(len(at)), None), g.n_nodes, xp, rel.mass if config.ppr_hops else None)
+    tol, iterations = (0.0, config.ppr_hops) if config.ppr_hops else (config.tol, config.max_iter)
+    r, _ = backend.ppr(backend.csr(g.transition), tele, config.damping, tol, iterations)
+    return r[at, xp.arange(len(at))[:, None]]
+
+
+BALL_SHARE = 4  # a batch runs on its questions' balls while they hold on average under 1/4 of the graph: a ball's
+# node costs a lookup per edge and vectorises over no questions, where the whole graph's product runs 32 at once
+
+
+def _ball_importance(g: MemoryGraph, rel: Relevance, at, valid, config: AssoMemConfig, backend: Backend):
+    """``importance`` on each question's ball, the nodes within H hops of its candidates (``kernels/local_ppr.py``),
+    its teleport computed on the ball's utterances alone; None where the balls are too large (``BALL_SHARE``)."""
+    from .kernels.local_ppr import ball_nodes, ball_ppr, ball_sizes  # Numba loads on the first search
+
     host_at, host_valid = backend.to_host(at), backend.to_host(valid)
-    for part, nodes in _neighbourhoods(g, host_at, host_valid, everyone, config.ppr_hops):
-        if len(nodes) == 0:  # questions without a candidate
-            continue
-        on = backend.asarray(part)
-        if 2 * len(nodes) > g.n_nodes:
-            matrix, rows = g.transition, at[on]
-            tele = teleport(cosines(part, None), g.n_nodes, xp, mass[on])
-        else:
-            n_utt = int(np.searchsorted(nodes, g.n_utt))  # utterance nodes come first
-            tele = teleport(cosines(part, nodes[:n_utt]), len(nodes), xp, mass[on], g.n_utt)
-            matrix = g.transition_within(nodes)
-            rows = xp.minimum(xp.searchsorted(backend.asarray(nodes), at[on]), len(nodes) - 1)
-        r, _ = backend.ppr(backend.csr(matrix), tele, config.damping, 0.0, config.ppr_hops)
-        out[on] = r[rows, xp.arange(len(part))[:, None]]
-    return out
-
-
-PART_COST = 300_000  # a part's own cost (its neighbourhood, sub-matrix and PPR call) in questions × nodes: of 0,
-# 30,000, 100,000 and 300,000, the last gave the fastest PPR at B = 16 and 256, at 2,500 and 25,000 sessions
-
-
-def _neighbourhoods(g: MemoryGraph, at: np.ndarray, valid: np.ndarray, part: np.ndarray, hops: int, nodes=None):
-    """(questions, the nodes within ``hops`` of their candidates) pairs covering ``part``. A part costs its
-    questions × its nodes (the teleport's cosines and each PPR iteration) plus ``PART_COST``; it is halved while its
-    halves cost less than it (their neighbourhoods overlap little)."""
-    if nodes is None:
-        nodes = g.reach(at[part][valid[part]], hops)
-    if len(part) == 1:
-        return [(part, nodes)]
-    halves = part[: len(part) // 2], part[len(part) // 2 :]
-    found = [g.reach(at[h][valid[h]], hops) for h in halves]
-    if sum(len(h) * len(n) for h, n in zip(halves, found)) + PART_COST >= len(part) * len(nodes):
-        return [(part, nodes)]
-    return [pair for h, n in zip(halves, found) for pair in _neighbourhoods(g, at, valid, h, hops, n)]
+    seeds = np.ascontiguousarray(host_at[host_valid], np.int64)  # question by question
+    seed_ptr = np.concatenate([[0], np.cumsum(host_valid.sum(axis=1))]).astype(np.int64)
+    m, hops = g.transition, config.ppr_hops
+    sizes = ball_sizes(m.indptr, m.indices, seed_ptr, seeds, hops)
+    if BALL_SHARE * int(sizes.sum()) > len(host_at) * g.n_nodes:
+        return None
+    ball_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    nodes = ball_nodes(m.indptr, m.indices, seed_ptr, seeds, hops, ball_ptr)
+    owner = np.repeat(np.arange(len(host_at)), sizes)
+    utt = nodes < g.n_utt  # the teleport's nodes: eq. 2's t, as ``teleport`` makes it, on the ball
+    cos = backend.to_host(rel.of_pairs(backend.asarray(owner[utt]), backend.asarray(nodes[utt])))
+    mass = backend.to_host(rel.mass)[owner[utt]]
+    tele = np.zeros(len(nodes), np.float32)
+    tele[utt] = np.where(mass == 0, np.float32(1.0 / max(g.n_utt, 1)), np.maximum(cos, 0.0) / np.maximum(mass, 1e-30))
+    out = np.zeros(host_at.shape, np.float32)
+    out[host_valid] = ball_ppr(m, config.damping, hops, ball_ptr, nodes, tele, seed_ptr, seeds)
+    return backend.asarray(out)
 
 
 def lexical(state: MemoryState, terms: tuple[np.ndarray, np.ndarray], at, backend: Backend):

@@ -76,7 +76,8 @@ def test_graph_api_ppr_ranks_like_the_batched_one():
 
 def test_every_component_says_what_runs_it_and_why():
     described = get_backend("auto").describe()
-    assert set(described["components"]) == {"arrays", "ppr_step", "fused_topk", "similarity_search"}
+    assert set(described["components"]) == {"arrays", "ppr_step", "local_importance", "fused_topk",
+                                             "similarity_search"}
     for choice in described["components"].values():
         assert choice["impl"].split(":")[0] in ("cpu", "cuda") and choice["reason"]
     if cuda_unavailable_reason() is not None:  # auto on a machine without CUDA: the reason is CuPy's

@@ -540,55 +540,48 @@ def test_ivf_probes_do_not_depend_on_the_batch():
     assert ivf.codebook_rows(799, 200) == 400 and ivf.codebook_rows(800, 200) == 800
 
 
-def test_reach_finds_the_nodes_within_so_many_hops():
+def test_balls_hold_the_nodes_within_so_many_hops_of_each_questions_seeds():
     import scipy.sparse as sp
 
-    from assomem_gpu.graph import MemoryGraph
+    from assomem_gpu.kernels.local_ppr import ball_nodes, ball_sizes
+
+    def balls(adj, seeds_of, hops):
+        seed_ptr = np.cumsum([0] + [len(s) for s in seeds_of]).astype(np.int64)
+        seeds = np.concatenate(seeds_of).astype(np.int64)
+        ip, ix = adj.indptr.astype(np.int64), adj.indices.astype(np.int64)
+        sizes = ball_sizes(ip, ix, seed_ptr, seeds, hops)
+        ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        nodes = ball_nodes(ip, ix, seed_ptr, seeds, hops, ptr)
+        return [sorted(nodes[ptr[b]:ptr[b + 1]].tolist()) for b in range(len(seeds_of))]
 
     path = sp.diags([np.ones(5, np.float32), np.ones(5, np.float32)], [1, -1], shape=(6, 6)).tocsr()  # 0-1-2-3-4-5
-    g = MemoryGraph(np.zeros(6, np.int64), np.zeros((0, 2), np.float32), path)
-    assert g.reach(np.array([0]), 0).tolist() == [0]
-    assert g.reach(np.array([0]), 2).tolist() == [0, 1, 2]
-    assert g.reach(np.array([0, 5]), 1).tolist() == [0, 1, 4, 5]
-    assert g.reach(np.array([2]), 10).tolist() == list(range(6))
+    assert balls(path, [[0], [0], [0, 5], [2], [1, 1]], 0) == [[0], [0], [0, 5], [2], [1]]
+    assert balls(path, [[0], [0, 5], [2]], 1) == [[0, 1], [0, 1, 4, 5], [1, 2, 3]]
+    assert balls(path, [[2]], 10) == [list(range(6))]
     rng = np.random.default_rng(3)
     adj = sp.random(300, 300, density=0.01, random_state=4, format="csr", dtype=np.float32)
-    g = MemoryGraph(np.zeros(300, np.int64), np.zeros((0, 2), np.float32), (adj + adj.T).tocsr())
+    adj = (adj + adj.T).tocsr()
     for hops in range(4):  # against boolean products: a node is reached within h hops iff (I + A)^h says so
-        seeds = rng.choice(300, size=5, replace=False)
-        x = np.zeros(300, bool)
-        x[seeds] = True
-        for _ in range(hops):
-            x |= (g.adjacency @ x.astype(np.float32)) != 0
-        assert g.reach(seeds, hops).tolist() == np.flatnonzero(x).tolist()
-
-
-def test_transition_within_nodes_is_scipys_square_part_array_by_array():
-    import scipy.sparse as sp
-
-    from assomem_gpu.graph import MemoryGraph
-
-    adj = sp.random(400, 400, density=0.02, random_state=6, format="csr", dtype=np.float32)
-    alone = sp.diags((np.arange(400) != 7).astype(np.float32))  # node 7 without edges: its row is empty
-    adj = (alone @ (adj + adj.T) @ alone).tocsr()
-    adj.eliminate_zeros()
-    g = MemoryGraph(np.zeros(400, np.int64), np.zeros((0, 2), np.float32), adj)
-    rng = np.random.default_rng(7)
-    for nodes in (np.sort(rng.choice(400, size=60, replace=False)), np.array([7, 8, 9]), np.arange(400),
-                  np.zeros(0, np.int64)):
-        part, want = g.transition_within(nodes.astype(np.int64)), g.transition[nodes][:, nodes]
-        assert part.shape == want.shape and part.nnz == want.nnz
-        for name in ("indptr", "indices", "data"):  # the order PPR sums a row in: the same
-            assert np.array_equal(getattr(part, name), getattr(want, name)), name
+        seeds_of = [rng.choice(300, size=5, replace=False) for _ in range(600)]  # enough seeds for the thread pool
+        got = balls(adj, seeds_of, hops)
+        for seeds, nodes in zip(seeds_of[:20], got):
+            x = np.zeros(300, bool)
+            x[seeds] = True
+            for _ in range(hops):
+                x |= (adj @ x.astype(np.float32)) != 0
+            assert nodes == np.flatnonzero(x).tolist()
 
 
 @pytest.mark.parametrize("hops", [1, 2, 3])
-def test_local_importance_equals_that_many_iterations_over_the_whole_graph(hops):
-    """PPR on the candidates' ``hops``-hop neighbourhood gives the candidates the values of ``hops`` power iterations
-    over the whole graph."""
+def test_local_importance_equals_that_many_iterations_over_the_whole_graph(hops, monkeypatch):
+    """PPR on each question's ball (its candidates' ``hops``-hop neighbourhood) gives the candidates the values of
+    ``hops`` power iterations over the whole graph, to the bit of the batched kernel's."""
+    import dataclasses
+
+    from assomem_gpu import scoring
     from assomem_gpu.backend import get_backend
     from assomem_gpu.config import AssoMemConfig
-    from assomem_gpu.scoring import importance, teleport
+    from assomem_gpu.scoring import Relevance, importance, teleport
     from assomem_gpu.signals.importance import personalized_pagerank
 
     per = 5
@@ -601,13 +594,15 @@ def test_local_importance_equals_that_many_iterations_over_the_whole_graph(hops)
     valid = np.ones(at.shape, bool)
     valid[2, 20:] = False  # a question with fewer candidates: its padding counts for nothing
     config = AssoMemConfig(ppr_hops=hops)
-    local = importance(g, lambda part, rows: rel[part] if rows is None else rel[part][:, rows],
-                       np.maximum(rel, 0).sum(axis=1),
-                       np.where(valid, at, 0), valid, config, get_backend("cpu"))
+    cpu = get_backend("cpu")
+    relevance = Relevance(cpu, None, None, rel, None, np.maximum(rel, 0).sum(axis=1))
+    monkeypatch.setattr(scoring, "BALL_SHARE", 0)  # every batch on its balls, however large
+    local = importance(g, relevance, np.where(valid, at, 0), valid, config, cpu)
+    on_graph = importance(g, relevance, np.where(valid, at, 0), valid, config, dataclasses.replace(cpu, ppr_balls=False))
+    assert np.array_equal(local[valid], on_graph[valid])  # the same bits as the batched kernel on the whole graph
     whole, _ = personalized_pagerank(g.transition, teleport(rel, g.n_nodes), config.damping, 0.0, hops)
     for b in range(3):
         assert np.allclose(local[b, valid[b]], whole[at[b, valid[b]], b], rtol=1e-5, atol=0)
-    assert len(g.reach(at[0], 1)) < g.n_nodes  # a neighbourhood is a part of the graph
 
 
 @pytest.mark.parametrize("filtered", [False, True])
