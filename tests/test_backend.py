@@ -155,10 +155,13 @@ def test_a_cosine_is_the_same_bits_from_every_cpu_kernel_in_any_batch():
             assert np.array_equal(block[i], cpu.block_cosines(x, q, np.array([b]), rows)[0])
     book = ivf.train(x, 20)
     order, bounds = ivf.members(ivf.probes(book, x, 2), book.n_lists)
-    found, cos = ivf.probed_cosines(x, q, ivf.probes(book, q, 6), order, bounds, cpu)
+    lists = ivf.probes(book, q, 6)
+    found, cos = ivf.probed_cosines(x, q, lists, order, bounds, cpu)
     for b in range(9):
         held = found[b] >= 0
         assert np.array_equal(cos[b][held], cpu.pair_cosines(x, q, np.full(int(held.sum()), b), found[b][held]))
+        members = np.concatenate([order[bounds[g]:bounds[g + 1]] for g in lists[b]])
+        assert found[b][held].tolist() == sorted(members.tolist())  # its lists' runs merged, ascending
 
 
 def test_every_cosine_and_fusion_weight_of_a_question_is_the_same_bits_in_any_batch():
