@@ -62,6 +62,22 @@ class Backend:
     def to_host(self, x) -> np.ndarray:
         return x.get() if hasattr(x, "get") else np.asarray(x)
 
+    def group_max(self, values, rows, groups, n_groups: int):
+        """Per row of ``values`` (B, S), whose entries belong to ``rows`` (B, S; -1: none): the maximum over each group
+        of rows (``groups`` (n,)), (B, n_groups) float64, -inf where a group has none, and the minimum over every
+        entry, (B,), inf where none. On the CPU a Numba kernel (``kernels/segments.py``); on the device a scatter
+        maximum (``maximum.at``) over the entries' keys."""
+        if self.name == "cpu":
+            from .kernels.segments import group_max
+
+            return group_max(values, rows, groups, n_groups)
+        xp = self.xp
+        seen = rows >= 0
+        best = xp.full((len(values), n_groups), -np.inf)
+        key = xp.arange(len(values))[:, None] * n_groups + groups[xp.maximum(rows, 0)]
+        xp.maximum.at(best.reshape(-1), key[seen], values[seen].astype(np.float64))
+        return best, xp.where(seen, values, np.inf).min(axis=1)
+
     def segment_max(self, values, columns, starts):
         """(B, len(starts)): per row of ``values`` (B, n), the maximum of each run of gathered columns
         ``values[:, columns[starts[i]:starts[i + 1]]]`` (``starts`` ascending, the first 0, no run empty). On the CPU

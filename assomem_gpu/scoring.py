@@ -320,15 +320,13 @@ def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig,
                                                     for name in ("clue_emb", "by_clue", "owning", "owning_starts",
                                                                  "clue_sizes"))
         clue_cos = backend.cosines(clue_emb, q)
-        best = xp.full((n_b, g.n_clues), -np.inf)  # per clue, its best utterance's cosine
-        sizes = xp.broadcast_to(sizes, best.shape)
-        if rel_rows is not None:
-            seen = rel_rows >= 0
-            key = xp.arange(n_b)[:, None] * g.n_clues + utt_clue[xp.maximum(rel_rows, 0)]
-            xp.maximum.at(best.reshape(-1), key[seen], rel[seen].astype(np.float64))
-            floor = xp.where(seen, rel, np.inf).min(axis=1)
+        sizes = xp.broadcast_to(sizes, (n_b, g.n_clues))
+        if rel_rows is not None:  # per clue, its best (probed) utterance's cosine
+            best, floor = backend.group_max(rel, rel_rows, utt_clue, g.n_clues)
             best = xp.where((best == -np.inf) & (sizes > 0) & (floor < np.inf)[:, None], floor[:, None], best)
-        elif len(owning):
+        else:
+            best = xp.full((n_b, g.n_clues), -np.inf)
+        if rel_rows is None and len(owning):
             best[:, owning] = backend.segment_max(rel, by_clue, starts)
             if allowed is not None:
                 sizes = xp.zeros(best.shape, np.int64)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from assomem_gpu.kernels import segments
-from assomem_gpu.kernels.segments import segment_max, sparse_row_top
+from assomem_gpu.kernels.segments import group_max, segment_max, sparse_row_top
 from assomem_gpu.retrieve import top_k
 
 
@@ -24,6 +24,26 @@ def test_segment_max_is_reduceat_of_the_gathered_columns(seed):
     want = np.maximum.reduceat(values[:, columns], starts, axis=1)
     assert np.array_equal(segment_max(values, columns, starts), want, equal_nan=True)
     assert segment_max(values, columns, starts[:0]).shape == (b, 0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_group_max_is_the_scatter_maximum_of_the_rows_groups(seed):
+    rng = np.random.default_rng(seed)
+    b, n, n_groups = rng.integers(1, 40), 500, rng.integers(1, 60)
+    groups = rng.integers(0, n_groups, n)
+    rows = np.stack([rng.choice(n, 80, replace=False) for _ in range(b)])
+    rows[rng.random(rows.shape) < 0.2] = -1  # padding
+    rows[0] = -1  # a row without entries: -inf everywhere, its minimum inf
+    values = rng.normal(size=rows.shape).astype(np.float32)
+    values[rng.random(values.shape) < 0.01] = np.nan  # propagates, as numpy's maximum and min do
+    seen = rows >= 0
+    want = np.full((b, n_groups), -np.inf)
+    key = np.arange(b)[:, None] * n_groups + groups[np.maximum(rows, 0)]
+    with np.errstate(invalid="ignore"):
+        np.maximum.at(want.reshape(-1), key[seen], values[seen].astype(np.float64))
+    best, floor = group_max(values, rows, groups, n_groups)
+    assert best.dtype == np.float64 and np.array_equal(best, want, equal_nan=True)
+    assert np.array_equal(floor, np.where(seen, values, np.inf).min(axis=1), equal_nan=True)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -7,6 +7,8 @@ cache keys a function by its name and line, not by ``parallel``.
 
 ``segment_max``: the maximum of each run of gathered columns (a clue's best utterance), numpy's
 ``maximum.reduceat(values[:, columns], starts, axis=1)`` without the (B, n) copy the gather makes (8.2 -> 2.7 ms).
+``group_max``: each row's maximum per group of its entries' rows (a clue's best probed utterance) and its minimum,
+where numpy's key arrays, masks and ``maximum.at`` took ~0.25 ms a question (256 questions × 12,800 probed members).
 ``row_top``: each row's ``k`` best entries of a dense matrix (a question's most similar utterances, its best clues)
 in one pass and a list of ``k``, where numpy's partition of every row took 17 ms for 256 rows of 8,000.
 ``sparse_row_top``: each row's ``n`` best entries of a CSR matrix (a question's best texts by BM25), where a sort of
@@ -68,6 +70,45 @@ def segment_max(values: np.ndarray, columns: np.ndarray, starts: np.ndarray) -> 
         _drive(_segment_max_parallel, _segment_max_serial, len(values), values, np.asarray(columns, np.int64),
                np.asarray(starts, np.int64), out)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _group_max_row(b, values, rows, groups, best, floor):
+    low = np.float32(np.inf)
+    for j in range(rows.shape[1]):
+        r = rows[b, j]
+        if r < 0:
+            continue
+        v = values[b, j]
+        g = groups[r]
+        if v != v or v > best[b, g]:  # NaN propagates, as numpy's maximum and min do
+            best[b, g] = v
+        if v != v or v < low:
+            low = v
+    floor[b] = low
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _group_max_parallel(values, rows, groups, best, floor):
+    for b in prange(values.shape[0]):
+        _group_max_row(b, values, rows, groups, best, floor)
+
+
+@njit(cache=True, nogil=True)
+def _group_max_serial(values, rows, groups, best, floor):
+    for b in range(values.shape[0]):
+        _group_max_row(b, values, rows, groups, best, floor)
+
+
+def group_max(values: np.ndarray, rows: np.ndarray, groups: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``values`` (B, S) float32, whose entries belong to ``rows`` (B, S; -1: none): the maximum over each
+    group of rows (``groups`` (n,), each row's group), (B, n_groups) float64, -inf where a group has none; and the
+    minimum over every entry, (B,) float32, inf where there is none."""
+    best = np.full((values.shape[0], n_groups), -np.inf)
+    floor = np.empty(values.shape[0], np.float32)
+    _drive(_group_max_parallel, _group_max_serial, len(values), np.ascontiguousarray(values, np.float32),
+           np.ascontiguousarray(rows, np.int64), np.ascontiguousarray(groups, np.int64), best, floor)
+    return best, floor
 
 
 @njit(cache=True, nogil=True)
