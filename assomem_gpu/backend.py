@@ -118,15 +118,6 @@ class Backend:
             return block_cosines(x, q, np.arange(len(q)), np.arange(len(x)))
         return q @ x.T
 
-    def block_cosines(self, x, q, part, rows):
-        """(len(part), len(rows)) ``q[part] @ x[rows].T``. On the CPU a Numba kernel that reads each row once, in
-        place (``kernels/pair_cosines.py``); on the device the rows gathered and multiplied."""
-        if self.name == "cpu":
-            from .kernels.pair_cosines import block_cosines
-
-            return block_cosines(x, q, part, rows)
-        return q[part] @ x[rows].T
-
     def list_cosines(self, x, q, order, lo, hi, first, pair_b, pair_at, counts):
         """A probed batch's cosines, list by list (``ivf.probed_cosines``): for list ``g``, members
         ``order[lo[g]:hi[g]]``, and its questions ``pair_b[first[g]:first[g + 1]]``, each member's row and cosine at
@@ -420,8 +411,10 @@ def get_backend(device: str = "auto", ppr: str = "batched") -> Backend:
             raise RuntimeError(f"ppr='cugraph' unavailable: {reason}")
         from .signals.importance_graph import personalized_pagerank_graph
 
-        backend = replace(backend, ppr=personalized_pagerank_graph, ppr_steps=False,
-                          components={**backend.components, "ppr_step": Choice("cuGraph PageRank", "ppr='cugraph'")})
+        backend = replace(backend, ppr=personalized_pagerank_graph, ppr_steps=False, ppr_balls=False,
+                          components={**backend.components, "ppr_step": Choice("cuGraph PageRank", "ppr='cugraph'"),
+                                      "local_importance": Choice("none: PageRank to convergence (ppr_hops 0)",
+                                                                 "ppr='cugraph'")})
     for name, choice in backend.components.items():
         log.info("%s: %s (%s)", name, choice.impl, choice.reason)
     return backend

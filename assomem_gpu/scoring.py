@@ -121,19 +121,10 @@ class Relevance:
     def xp(self):
         return self.backend.xp
 
-    def everything(self):
-        """(B, n_utt) every cosine (what ``values`` are when not probed)."""
-        return self.values if self.rows is None else self.backend.cosines(self.emb, self.q)
-
-    def cosines(self, part, rows):
-        """(len(part), len(rows)) the cosines of questions ``part`` to utterance rows ``rows`` (host arrays; None:
-        every utterance)."""
-        part, rows = self.xp.asarray(part), None if rows is None else self.xp.asarray(rows)
-        if self.rows is None:
-            return self.values[part] if rows is None else self.values[part[:, None], rows]
-        if rows is None:
-            return self.backend.cosines(self.emb, self.q[part])
-        return self.backend.block_cosines(self.emb, self.q, part, rows)
+    def everything(self, part=slice(None)):
+        """(len(part), n_utt) the cosines of questions ``part`` (default: all) to every utterance (what ``values``
+        are when not probed)."""
+        return self.values[part] if self.rows is None else self.backend.cosines(self.emb, self.q[part])
 
     @functools.cached_property
     def _keys(self):
@@ -385,14 +376,12 @@ def _members(g: MemoryGraph, clues, backend: Backend):
     return by_clue[backend.spans((xp.cumsum(sizes) - sizes)[clues], n)], n
 
 
-def teleport(cosines, n_nodes: int, xp=np, mass=None, n_utt: int | None = None):
+def teleport(cosines, n_nodes: int, xp=np, mass=None):
     """Eq. 2's t for a batch: the clipped query–utterance cosines on the utterance nodes (the first rows), 0 on the
-    others, each column summing to 1.
+    others, each column summing to 1 (or over ``mass`` (B,), where given: a probed relevance's clipped sum).
 
-    ``cosines`` (B, n) -> (n_nodes, B), F-ordered (made row by row from the cosines, without a transpose).
-    A question similar to nothing teleports uniformly over the utterances. When ``cosines`` hold a part of a
-    memory's utterances (the first of ``n_nodes`` nodes of a neighbourhood), ``mass`` (B,) is the whole memory's
-    clipped cosine sum and ``n_utt`` its utterance count: the part's values are then the whole teleport's.
+    ``cosines`` (B, n_utt) -> (n_nodes, B), F-ordered (made row by row from the cosines, without a transpose).
+    A question similar to nothing teleports uniformly over the utterances.
     """
     b, n = cosines.shape
     t = xp.zeros((b, n_nodes), np.float32)
@@ -401,7 +390,7 @@ def teleport(cosines, n_nodes: int, xp=np, mass=None, n_utt: int | None = None):
     if mass is None:
         mass = t.sum(axis=1)
     xp.divide(part, xp.maximum(mass, 1e-30)[:, None], out=part)  # in place: no (B, n) temporaries
-    xp.copyto(part, np.float32(1.0 / max(n_utt or n, 1)), where=(mass == 0)[:, None])  # CuPy: no host sync
+    xp.copyto(part, np.float32(1.0 / max(n, 1)), where=(mass == 0)[:, None])  # CuPy: no host sync
     return t.T
 
 
@@ -424,10 +413,19 @@ def importance(g: MemoryGraph, rel: Relevance, at, valid, config: AssoMemConfig,
         out = _ball_importance(g, rel, at, valid, config, backend)
         if out is not None:
             return out
-    tele = teleport(rel.cosines(np.arange(len(at)), None), g.n_nodes, xp, rel.mass if config.ppr_hops else None)
     tol, iterations = (0.0, config.ppr_hops) if config.ppr_hops else (config.tol, config.max_iter)
-    r, _ = backend.ppr(backend.csr(g.transition), tele, config.damping, tol, iterations)
-    return r[at, xp.arange(len(at))[:, None]]
+    out = xp.empty(at.shape, np.float32)
+    step = max(1, WHOLE_GRAPH_ENTRIES // g.n_nodes)
+    for lo in range(0, len(at), step):
+        part = slice(lo, lo + step)
+        tele = teleport(rel.everything(part), g.n_nodes, xp, rel.mass[part] if config.ppr_hops else None)
+        r, _ = backend.ppr(backend.csr(g.transition), tele, config.damping, tol, iterations)
+        out[part] = r[at[part], xp.arange(r.shape[1])[:, None]]
+    return out
+
+
+WHOLE_GRAPH_ENTRIES = 1 << 26  # nodes × questions of a pass on the whole graph: each of its (n_nodes, B) buffers
+# (teleport, iterate, next, base) stays within 256 MB (at 25,000 sessions ~265 questions a pass)
 
 
 BALL_SHARE = 4  # a batch runs on its questions' balls while they hold on average under 1/4 of the graph: a ball's

@@ -298,7 +298,8 @@ def assert_same_graph(a, b):
     if a.search is not None:
         assert np.array_equal(a.search.codebook.centroids, b.search.codebook.centroids)
         assert np.array_equal(a.search.probe, b.search.probe)
-        assert all(np.array_equal(x, y) for x, y in zip(a.search.lists, b.search.lists))  # grown by insertion
+        assert all(np.array_equal(x, y) for x, y in zip(a.search.lists, b.search.lists))  # grown by insertion,
+        # rows ascending in each list as a build's (a probed question's members are sorted by merging the lists)
         assert np.array_equal(a.search.held[0], b.search.held[0])  # kept by an add only where no empty list filled
         assert np.array_equal(a.search.held[1].centroids, b.search.held[1].centroids)
 
@@ -572,15 +573,19 @@ def test_balls_hold_the_nodes_within_so_many_hops_of_each_questions_seeds():
             assert nodes == np.flatnonzero(x).tolist()
 
 
+@pytest.mark.parametrize("pool", [True, False])
 @pytest.mark.parametrize("hops", [1, 2, 3])
-def test_local_importance_equals_that_many_iterations_over_the_whole_graph(hops, monkeypatch):
+def test_local_importance_equals_that_many_iterations_over_the_whole_graph(hops, pool, monkeypatch):
     """PPR on each question's ball (its candidates' ``hops``-hop neighbourhood) gives the candidates the values of
-    ``hops`` power iterations over the whole graph, to the bit of the batched kernel's."""
+    ``hops`` power iterations over the whole graph, to the bit of the batched kernel's (whose passes hold a few
+    questions each here): on the thread pool and in this thread, for a question similar to nothing (a uniform
+    teleport) and one without candidates."""
     import dataclasses
 
     from assomem_gpu import scoring
     from assomem_gpu.backend import get_backend
     from assomem_gpu.config import AssoMemConfig
+    from assomem_gpu.kernels import local_ppr
     from assomem_gpu.scoring import Relevance, importance, teleport
     from assomem_gpu.signals.importance import personalized_pagerank
 
@@ -589,20 +594,26 @@ def test_local_importance_equals_that_many_iterations_over_the_whole_graph(hops,
     clue = centroid_embeddings(np.arange(0, 200 * per + 1, per), emb)
     g = build_graph(bank(200), emb, clue, GraphConfig(gamma=0.6, delta=0.9))
     rng = np.random.default_rng(5)
-    rel = rng.uniform(-0.2, 1.0, size=(3, g.n_utt)).astype(np.float32)
-    at = np.stack([np.sort(rng.choice(g.n_utt, size=30, replace=False)) for _ in range(3)])
+    n_q = 24
+    rel = rng.uniform(-0.2, 1.0, size=(n_q, g.n_utt)).astype(np.float32)
+    rel[1] = -rel[1] ** 2  # similar to nothing: its mass is 0
+    at = np.stack([np.sort(rng.choice(g.n_utt, size=30, replace=False)) for _ in range(n_q)])
     valid = np.ones(at.shape, bool)
     valid[2, 20:] = False  # a question with fewer candidates: its padding counts for nothing
+    valid[3] = False  # and one without any
     config = AssoMemConfig(ppr_hops=hops)
     cpu = get_backend("cpu")
     relevance = Relevance(cpu, None, None, rel, None, np.maximum(rel, 0).sum(axis=1))
     monkeypatch.setattr(scoring, "BALL_SHARE", 0)  # every batch on its balls, however large
+    monkeypatch.setattr(local_ppr, "PARALLEL_SEEDS", 1 if pool else 10**9)
+    monkeypatch.setattr(scoring, "WHOLE_GRAPH_ENTRIES", 5 * g.n_nodes)  # the whole graph 5 questions a pass
     local = importance(g, relevance, np.where(valid, at, 0), valid, config, cpu)
     on_graph = importance(g, relevance, np.where(valid, at, 0), valid, config, dataclasses.replace(cpu, ppr_balls=False))
     assert np.array_equal(local[valid], on_graph[valid])  # the same bits as the batched kernel on the whole graph
     whole, _ = personalized_pagerank(g.transition, teleport(rel, g.n_nodes), config.damping, 0.0, hops)
-    for b in range(3):
-        assert np.allclose(local[b, valid[b]], whole[at[b, valid[b]], b], rtol=1e-5, atol=0)
+    for b in range(n_q):
+        assert np.allclose(local[b, valid[b]], whole[at[b, valid[b]], b], rtol=1e-5, atol=0)  # question 1's
+        # teleport uniform in both
 
 
 @pytest.mark.parametrize("filtered", [False, True])

@@ -86,16 +86,16 @@ def test_teleport_clips_negatives_and_skips_clues():
 
 
 @pytest.mark.parametrize("mass_dtype", [np.float32, np.float64])
-def test_teleport_of_a_part_divides_by_the_whole_mass_as_numpy_would(mass_dtype):
-    """A part's values are its clipped cosines over the whole memory's mass (float32 or float64, rounded once to
-    float32), a question of zero mass uniform over the memory's utterances; the other nodes 0."""
+def test_teleport_over_a_given_mass_divides_as_numpy_would(mass_dtype):
+    """The values are the clipped cosines over the given mass (a probed relevance's; float32 or float64, rounded once
+    to float32), a question of zero mass uniform over the utterances; the other nodes 0."""
     rng = np.random.default_rng(3)
     cos = rng.normal(size=(4, 7)).astype(np.float32)
     mass = (np.maximum(cos, 0).sum(axis=1) * 1.7).astype(mass_dtype)
     mass[2] = 0
-    t = teleport(cos, 9, mass=mass, n_utt=20)
+    t = teleport(cos, 9, mass=mass)
     want = (np.maximum(cos, 0) / np.maximum(mass, 1e-30)[:, None]).astype(np.float32)
-    want[2] = np.float32(1 / 20)
+    want[2] = np.float32(1 / 7)
     assert t.dtype == np.float32 and t.shape == (9, 4)
     assert np.array_equal(t[:7].T, want) and not t[7:].any()
 

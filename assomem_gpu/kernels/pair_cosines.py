@@ -7,8 +7,8 @@ and read again for a 4-byte result. Here each pair's dot product reads the row w
 dimensions 127 -> 20 ms on 2 cores. Each kernel runs on the thread pool from ``PARALLEL_PAIRS`` products (or, for
 the sort, members) on, else in this thread (a parallel launch costs ~80 us, about 1,000 products' work).
 
-``block_cosines`` is a part of a batch's cosines to the utterances of its neighbourhood (the PPR teleport), each row
-read once for all the part's questions. ``list_cosines`` is a probed batch's relevance (``ivf.probed_cosines``):
+``block_cosines`` is a batch's cosines to rows (every utterance: ``Backend.cosines``), each row read once for all
+the batch's questions. ``list_cosines`` is a probed batch's relevance (``ivf.probed_cosines``):
 numpy gathered each probed list's members and multiplied them by the questions that probe it, one product per list,
 then sorted each question's members by row (an argsort and two gathers of the (B, S) arrays). Here the lists run in
 parallel, each member, read once, meets each of its list's questions, and each question's members are sorted in

@@ -104,6 +104,8 @@ def group_max(values: np.ndarray, rows: np.ndarray, groups: np.ndarray, n_groups
     """Per row of ``values`` (B, S) float32, whose entries belong to ``rows`` (B, S; -1: none): the maximum over each
     group of rows (``groups`` (n,), each row's group), (B, n_groups) float64, -inf where a group has none; and the
     minimum over every entry, (B,) float32, inf where there is none."""
+    if rows.size and rows.max() >= len(groups):  # the kernel does not check bounds (numpy's gather did)
+        raise IndexError(f"rows: an index outside 0..{len(groups) - 1}")
     best = np.full((values.shape[0], n_groups), -np.inf)
     floor = np.empty(values.shape[0], np.float32)
     _drive(_group_max_parallel, _group_max_serial, len(values), np.ascontiguousarray(values, np.float32),
