@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from . import ivf
+from . import ivf, sets
 from .ivf import Codebook
 from .memory import MemoryBank
 from .rows import Rows
@@ -69,19 +69,24 @@ class ClueState:
     labels: np.ndarray  # clue of each memory session (int64)
     emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
     candidates: tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, cosine) clue pairs above γ
+    # leaders: each clue's first session's embedding, in clue order, which ``grow_clue_state`` appends to in place
+    # (only writes read it) and makes where it is None or holds another number of clues
+    leader_rows: Rows | None = None
 
 
 @dataclass(frozen=True)
 class UttSearch:
     """The inverted file a large memory's utterance pairs (and its questions' relevance) come from: the codebook,
-    every utterance's probes, ``lists`` (the lists' members and bounds, ``ivf.members``) and ``held`` (the lists
-    that have members, and a codebook of their centroids, which questions probe)."""
+    every utterance's probes, ``lists`` (the lists' members and bounds, ``ivf.members``), ``held`` (the lists
+    that have members, and a codebook of their centroids, which questions probe) and ``probers`` (the rows that probe
+    each list, which adds read)."""
 
     codebook: Codebook
     probe: np.ndarray  # (n_utt, n_probe) int32, nearest list first
     lists: tuple[np.ndarray, np.ndarray] | None = None  # ``ivf.members(probe)``, made here when None
     room: Rows | None = None  # the appendable buffer ``probe`` is the view of, where ``grown`` made it
     held: tuple[np.ndarray, Codebook] | None = None  # made here when None
+    probers: ivf.Probers | None = None  # made here when None; ``grown`` appends to it in place where it is the newest
 
     def __post_init__(self):  # made with the search, as the graph's transition is: questions only read them
         if self.lists is None:
@@ -89,6 +94,8 @@ class UttSearch:
         if self.held is None:
             held = np.flatnonzero(np.diff(self.lists[1]) > 0)  # removals can empty a list: questions probe the others
             object.__setattr__(self, "held", (held, Codebook(self.codebook.centroids[held], self.codebook.rows)))
+        if self.probers is None:
+            object.__setattr__(self, "probers", ivf.Probers(self.probe, self.codebook.n_lists))
 
     def grown(self, probe: np.ndarray) -> "UttSearch":
         """This search with rows of these probes appended: each joins the end of its list (rows ascend in a list),
@@ -103,8 +110,11 @@ class UttSearch:
         room = self.room
         if room is None or room.n != len(self.probe) or not np.may_share_memory(room.view, self.probe):
             room = Rows(self.probe.shape[1:], self.probe.dtype, self.probe)
+        probers = self.probers if self.probers.rows == len(self.probe) else None  # None: made anew from the rows
+        if probers is not None:
+            probers.append(probe)
         room.append(probe)
-        return UttSearch(self.codebook, room.view, (order, bounds), room, held)
+        return UttSearch(self.codebook, room.view, (order, bounds), room, held, probers)
 
     def kept(self, keep: np.ndarray) -> "UttSearch":
         """This search without the rows where ``keep`` is False: the lists filtered and renumbered (rows still
@@ -136,13 +146,15 @@ class MemoryGraph:
     by_clue: np.ndarray | None = None  # utterance nodes grouped by clue, in node order (made here when None)
     degree: np.ndarray | None = None  # float64 sum of each node's edge weights (made here when None)
     transition: sp.csr_matrix | None = None  # column-stochastic M of eq. 2 (made here when None)
+    clue_sizes: np.ndarray | None = None  # int64 utterances of each clue (made here when None)
 
     def __post_init__(self):
         if self.by_clue is None:
             self.by_clue = np.argsort(self.utt_clue, kind="stable")
         if self.degree is None:
             self.degree = _row_sums(self.adjacency.indptr, self.adjacency.data)
-        self.clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
+        if self.clue_sizes is None:
+            self.clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
         self.owning = np.flatnonzero(self.clue_sizes > 0)  # clues that own an utterance (a session may have none)
         self.owning_starts = (np.cumsum(self.clue_sizes) - self.clue_sizes)[self.owning]  # where each starts in by_clue
         if self.transition is None:  # made with the graph: searches only read it
@@ -189,15 +201,13 @@ def _row_sums(indptr: np.ndarray, data: np.ndarray) -> np.ndarray:
     return out
 
 
-def exact_cosines(emb: np.ndarray, rows: np.ndarray, cols: np.ndarray, chunk: int = 8192) -> np.ndarray:
+def exact_cosines(emb: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """float64 cosines of the pairs (rows[i], cols[i]) of ``emb``, one pair at a time (symmetric to the bit): the same
     bits whichever search found the pair (FAISS, a GEMM, a GEMV), so rounding, thresholds and ties agree between a
-    build and an update."""
-    out = np.empty(len(rows), np.float64)
-    for lo in range(0, len(rows), chunk):
-        a = emb[rows[lo : lo + chunk]].astype(np.float64)
-        out[lo : lo + chunk] = (a * emb[cols[lo : lo + chunk]]).sum(axis=1)
-    return out
+    build and an update (``kernels.pair_cosines.exact_pair_cosines``: numpy's float64 sum, to the bit)."""
+    from .kernels.pair_cosines import exact_pair_cosines  # Numba loads on the first build, not on import
+
+    return exact_pair_cosines(emb, np.asarray(rows), np.asarray(cols))
 
 
 def similarity_pairs(emb: np.ndarray, threshold: float, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -324,26 +334,31 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
     # leaders: each clue's first session, where the labels first reach a clue (clues are numbered by their first
     # session; an add never merges leader clues, so a new clue's is appended); a session is compared to them alone
     leader = np.flatnonzero(np.diff(np.maximum.accumulate(labels), prepend=-1) > 0) if leaders else None
+    rows = state.leader_rows
+    if leaders and (rows is None or rows.n != len(leader)):  # (a gather of the leaders: ~1 ms at 25,000 sessions)
+        rows = Rows(session_emb.shape[1:], np.float32, session_emb[leader])
     for s in range(len(labels), len(session_emb)):
         if leaders:
-            near = leader[session_emb[leader] @ session_emb[s] > config.delta - 1e-4]
+            near = leader[rows.view @ session_emb[s] > config.delta - 1e-4]
         else:
             near = np.flatnonzero(session_emb[:s] @ session_emb[s] > config.delta - 1e-4)
         sims = np.round(exact_cosines(session_emb, near, np.full(len(near), s)), 6)  # as select_top rounds
         near = near[sims > config.delta][:1] if leaders else near[sims > config.delta]
-        linked = np.unique(labels[near])
+        linked = sets.unique(labels[near])
         n_c = len(emb)
         remap = np.arange(n_c)
         if len(linked) == 0:
             target, stale = n_c, np.zeros(0, np.int64)
-            leader = np.append(leader, s) if leaders else None
+            if leaders:
+                leader = np.append(leader, s)
+                rows.append(session_emb[s : s + 1])
             emb = np.concatenate([emb, np.zeros((1, emb.shape[1]), np.float32)])
         else:
             target, removed = int(linked[0]), linked[1:]
             remap = remap - np.searchsorted(removed, remap)
             remap[removed] = target
             stale = linked
-            emb = np.delete(emb, removed, axis=0)
+            emb = np.delete(emb, removed, axis=0) if len(removed) else emb.copy()  # (np.delete of none: 2x slower)
         labels = np.append(remap[labels], target)
         emb[target] = _clue_means(session_emb[: s + 1][labels == target], np.zeros(int((labels == target).sum()),
                                                                                    np.int64), 1)[0]
@@ -355,7 +370,7 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
         ci = np.concatenate([remap[ci[keep]], mine, others])
         cj = np.concatenate([remap[cj[keep]], others, mine])
         cs = np.concatenate([cs[keep], sims, sims])
-    return ClueState(labels, emb, (ci, cj, cs))
+    return ClueState(labels, emb, (ci, cj, cs), rows if leaders else None)
 
 
 def build_graph(bank: MemoryBank, utt_emb: np.ndarray, session_clue_emb: np.ndarray, config: GraphConfig,
@@ -381,11 +396,12 @@ def utterance_pairs(emb: np.ndarray, config: GraphConfig, codebook: Codebook | N
     return select_top(r, c, exact_cosines(emb, r, c), config.gamma, config.max_neighbors), search
 
 
-def _by_row(rows: np.ndarray, cols: np.ndarray, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pairs made of whole rows' lists, each in ``select_top``'s order, put in row order (a stable sort keeps each
-    list's order, so the result is what ``select_top`` of all of them gives)."""
-    order = np.argsort(rows, kind="stable")
-    return rows[order], cols[order], sims[order]
+def _merged(kept: tuple[np.ndarray, np.ndarray, np.ndarray],
+            top: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs ``kept`` and the lists ``top`` of the rows searched again (no row in both; each in row order, each
+    list in ``select_top``'s order), in row order: a merge, where a sort of all of them cost an add O(P log P)."""
+    at = np.searchsorted(kept[0], top[0])
+    return tuple(np.insert(x, at, t) for x, t in zip(kept, top))
 
 
 def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_clue_emb: np.ndarray,
@@ -414,14 +430,10 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
         back = fc < n_old
         br, bc = fc[back], fr[back]  # old utterance -> new utterance candidates
     else:
-        from .kernels.pair_select import rows_probing  # Numba loads on the first add, not on import
-
         search = search.grown(ivf.probes(search.codebook, utt_emb[n_old:], config.n_probe))
-        reached = search.members_of(np.unique(search.probe[new]))  # the rows of the lists the new rows probe
+        reached = search.members_of(sets.unique(search.probe[new]))  # the rows of the lists the new rows probe
         fr, fc = ivf.candidate_pairs(utt_emb, search.probe, new, reached, radius, config.max_neighbors)
-        own = np.zeros(search.codebook.n_lists, bool)
-        own[search.probe[new, 0]] = True
-        hit = rows_probing(search.probe[:n_old], own)  # old rows that probe a new row's list
+        hit = search.probers.of(sets.unique(search.probe[new, 0]), n_old)  # old rows that probe a new row's list
         br, bc = ivf.candidate_pairs(utt_emb, search.probe, hit, new, radius, config.max_neighbors)
     rows, cols, sims = g.utt_pairs
     affected = np.zeros(n, bool)
@@ -431,12 +443,12 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
     top = select_top(np.concatenate([rows[mine], cand_r]), np.concatenate([cols[mine], cand_c]),
                      np.concatenate([sims[mine], exact_cosines(utt_emb, cand_r, cand_c)]), config.gamma,
                      config.max_neighbors)
-    pairs = _by_row(*(np.concatenate([x[~mine], t]) for x, t in zip((rows, cols, sims), top)))
+    pairs = _merged((rows[~mine], cols[~mine], sims[~mine]), top)
     if config.speakers:  # a new name renumbers the speaker nodes
         return assemble(bank, pairs, clues, config, search)
     fresh = np.zeros(n, bool)
     fresh[n_old:] = True
-    changed = np.setxor1d(rows[mine] * n + cols[mine], top[0] * n + top[1])  # pairs made or lost
+    changed = sets.setxor(rows[mine] * n + cols[mine], top[0] * n + top[1])  # pairs made or lost
     fresh[changed // n], fresh[changed % n] = True, True
     n_sessions = len(g.clues.labels)
     clue_map = np.empty(g.n_clues, np.int64)
@@ -447,12 +459,13 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
         new_clue = np.repeat(clues.labels[n_sessions:], np.diff(bank.offset_array)[n_sessions:])
         order = np.argsort(new_clue, kind="stable")
         ends = np.concatenate([np.cumsum(g.clue_sizes), np.full(len(clues.emb) - g.n_clues, n_old)])
-        grouped = (np.concatenate([g.utt_clue, new_clue]),
-                   np.insert(g.by_clue, ends[new_clue[order]], n_old + order))
+        sizes = np.concatenate([g.clue_sizes, np.zeros(len(clues.emb) - g.n_clues, np.int64)])
+        grouped = (np.concatenate([g.utt_clue, new_clue]), np.insert(g.by_clue, ends[new_clue[order]], n_old + order),
+                   sizes + np.bincount(new_clue, minlength=len(sizes)))
         # the clues the new sessions joined or started (their members, embeddings and pairs changed) and every clue
         # they had or have a candidate pair with: no other clue's candidates changed
-        joined = np.unique(clues.labels[n_sessions:])
-        touched = np.unique(np.concatenate([joined] + [j[np.isin(i, joined)] for i, j, _ in (g.clues.candidates,
+        joined = sets.unique(clues.labels[n_sessions:])
+        touched = sets.unique(np.concatenate([joined] + [j[np.isin(i, joined)] for i, j, _ in (g.clues.candidates,
                                                                                             clues.candidates)]))
     return _spliced(g, bank, pairs, clues, config, search, None, clue_map, fresh, grouped, touched)
 
@@ -483,15 +496,14 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
         r, c = ivf.candidate_pairs(utt_emb, search.probe, redo, np.arange(len(utt_emb)), radius,
                                     config.max_neighbors)
     top = select_top(r, c, exact_cosines(utt_emb, r, c), config.gamma, config.max_neighbors)
-    pairs = _by_row(*(np.concatenate([x, t]) for x, t in zip((new_of[rows[stay]], new_of[cols[stay]], sims[stay]),
-                                                              top)))
+    pairs = _merged((new_of[rows[stay]], new_of[cols[stay]], sims[stay]), top)
     clues = shrink_clue_state(g.clues, keep_sessions, session_clue_emb, config)
     if config.speakers:  # a name no one says any more renumbers the speaker nodes
         return assemble(bank, pairs, clues, config, search)
     n = len(utt_emb)
     fresh = np.zeros(n, bool)
     lost = affected[rows] & keep_utt[cols]  # the kept pairs of the lists searched again
-    changed = np.setxor1d(new_of[rows[lost]] * n + new_of[cols[lost]], top[0] * n + top[1])
+    changed = sets.setxor(new_of[rows[lost]] * n + new_of[cols[lost]], top[0] * n + top[1])
     fresh[changed // n], fresh[changed % n] = True, True
     adj = g.adjacency
     gone = np.flatnonzero(~keep_utt)
@@ -501,7 +513,7 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
     touched = np.zeros(g.n_clues, bool)
     touched[g.clues.labels[~keep_sessions]] = True  # clues that lost a session (they may split) ...
     before, after = g.clues.labels[keep_sessions], clues.labels
-    both = np.unique(before * (len(clues.emb) + 1) + after)  # ... and, with leaders, clues whose sessions part or
+    both = sets.unique(before * (len(clues.emb) + 1) + after)  # ... and, with leaders, clues whose sessions part or
     was, now = both // (len(clues.emb) + 1), both % (len(clues.emb) + 1)  # meet others' (a freed follower leads)
     touched[was[(np.bincount(was, minlength=g.n_clues) > 1)[was] | (np.bincount(now)[now] > 1)]] = True
     fresh[touched[g.utt_clue[keep_utt]]] = True
@@ -652,23 +664,26 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
              search: UttSearch | None, utt_map: np.ndarray | None, clue_map: np.ndarray, fresh: np.ndarray,
-             grouped: tuple[np.ndarray, np.ndarray] | None = None, touched: np.ndarray | None = None) -> MemoryGraph:
+             grouped: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+             touched: np.ndarray | None = None) -> MemoryGraph:
     """``assemble(bank, utt_pairs, clues, config, search)`` for ``g`` after a write, made from ``g``'s rows without
     rebuilding the matrix (no speaker nodes). ``utt_map``: each of ``g``'s utterances' new node (-1: removed; the
     kept ones come first, in their order, then the new ones; None: an add, each old utterance keeps its node);
     ``clue_map``: each of ``g``'s clues' new clue (read only for the rows copied); ``fresh``: the utterances whose
     rows the write changed (every new one; the ends of similarity pairs made or lost; those whose clue changed other
-    than by its name); ``grouped``: the new graph's ``utt_clue`` and ``by_clue`` where the caller has them (made here
-    when None); ``touched``: where no clue was renumbered (``clue_map`` the identity), the clues (int64) whose
-    members, embedding or candidate pairs changed (None: every clue row is made again).
+    than by its name); ``grouped``: the new graph's ``utt_clue``, ``by_clue`` and ``clue_sizes`` where the caller has
+    them (made here when None); ``touched``: where no clue was renumbered (``clue_map`` the identity), the clues
+    (int64) whose members, embedding or candidate pairs changed (None: every clue row is made again).
 
     Fresh utterance rows come from ``_utterance_rows``, fresh clue rows (the touched ones and their clue–clue
     neighbours before and after) from ``_clue_rows``, and every other row is the old one, its columns renamed
     (``kernels/csr_splice.py``, which also writes the transition's values: degrees of copied rows are kept).
     """
     n_old, n, n_c = g.n_utt, bank.n_utterances, len(clues.emb)
-    utt_clue, by_clue = grouped if grouped is not None else (np.repeat(clues.labels, np.diff(bank.offset_array)),
-                                                             _by_clue(bank, clues.labels))
+    if grouped is None:
+        utt_clue = np.repeat(clues.labels, np.diff(bank.offset_array))
+        grouped = utt_clue, _by_clue(bank, clues.labels), np.bincount(utt_clue, minlength=n_c)
+    utt_clue, by_clue, clue_sizes = grouped
     if utt_map is None:  # an add: no pass over a mask of the old utterances
         utt_map = kept = np.arange(n_old)
         kept_degree, same = g.degree[:n_old], n_old  # the first node renumbered: the first clue
@@ -680,7 +695,7 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
     u_indptr, u_indices, u_data = _utterance_rows(g, bank, utt_pairs, config, utt_map, old_of, fresh, utt_clue)
     clue_edges = _symmetric(*select_top(*clues.candidates, config.gamma, config.max_neighbors), n_c)
     clues_f = np.arange(n_c) if touched is None else _changed_clues(g, clue_edges, touched)
-    c_indptr, c_indices, c_data = _clue_rows(bank, clues, clue_edges, by_clue, clues_f)
+    c_indptr, c_indices, c_data = _clue_rows(bank.n_utterances, clue_sizes, clue_edges, by_clue, clues_f)
     f_indptr = np.concatenate([u_indptr, u_indptr[-1] + c_indptr[1:]])
     f_indices, f_data = np.concatenate([u_indices, c_indices]), np.concatenate([u_data, c_data])
     degree = np.empty(n + n_c)
@@ -705,7 +720,7 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
                                            col_map, (1.0 / degree).astype(np.float32), same)
     shape = (n + n_c, n + n_c)
     return MemoryGraph(utt_clue, clues.emb, _csr(data, indices, indptr, shape), 0, utt_pairs, clues, search,
-                       by_clue, degree, _csr(scaled, indices, indptr, shape))
+                       by_clue, degree, _csr(scaled, indices, indptr, shape), clue_sizes)
 
 
 def _utterance_rows(g: MemoryGraph, bank: MemoryBank, utt_pairs, config: GraphConfig, utt_map: np.ndarray,
@@ -722,19 +737,19 @@ def _utterance_rows(g: MemoryGraph, bank: MemoryBank, utt_pairs, config: GraphCo
     adj = g.adjacency
     near = adj.indices[_ranges(adj.indptr[was], adj.indptr[was + 1])]
     near = utt_map[near[near < n_old]]
-    reach = np.unique(np.concatenate([rows_f, near[near >= 0]]))
+    reach = sets.unique(np.concatenate([rows_f, near[near >= 0]]))
     pr, pc, ps = utt_pairs
     at = _ranges(np.searchsorted(pr, reach), np.searchsorted(pr, reach, side="right"))
     r, c, v = pr[at], pc[at], ps[at]
     touch = fresh[r] | fresh[c]
     r, c, v = [r[touch]], [c[touch]], [v[touch]]
     if config.adjacency_weight > 0:  # consecutive turns of a session, beside a fresh row
-        a = np.unique(np.concatenate([rows_f, rows_f - 1]))
+        a = sets.unique(np.concatenate([rows_f, rows_f - 1]))
         a = a[(a >= 0) & (a + 1 < n)]
         a = a[np.searchsorted(off, a, side="right") == np.searchsorted(off, a + 1, side="right")]
         r.append(a), c.append(a + 1), v.append(np.full(len(a), config.adjacency_weight, np.float32))
     r, c = np.concatenate(r), np.concatenate(c)
-    ids = np.unique(np.concatenate([r, c, rows_f]))  # the nodes involved, renumbered in order: rows stay sorted
+    ids = sets.unique(np.concatenate([r, c, rows_f]))  # the nodes involved, renumbered in order: rows stay sorted
     sym = _symmetric(np.searchsorted(ids, r), np.searchsorted(ids, c), np.concatenate(v).astype(np.float32),
                      len(ids))[np.searchsorted(ids, rows_f)]
     indptr = np.concatenate([[0], np.cumsum(np.diff(sym.indptr) + 1)])  # and the ownership edge, last
@@ -755,16 +770,14 @@ def _changed_clues(g: MemoryGraph, clue_edges: sp.csr_matrix, touched: np.ndarra
     old = touched[touched < g.n_clues] + n_old
     before = adj.indices[_ranges(adj.indptr[old], adj.indptr[old + 1])]
     after = clue_edges.indices[_ranges(clue_edges.indptr[touched], clue_edges.indptr[touched + 1])]
-    return np.unique(np.concatenate([touched, before[before >= n_old] - n_old, after]))
+    return sets.unique(np.concatenate([touched, before[before >= n_old] - n_old, after]))
 
 
-def _clue_rows(bank: MemoryBank, clues: ClueState, clue_edges: sp.csr_matrix, by_clue: np.ndarray,
-               which: np.ndarray):
+def _clue_rows(n: int, sizes: np.ndarray, clue_edges: sp.csr_matrix, by_clue: np.ndarray, which: np.ndarray):
     """The rows of the clue nodes ``which`` (int64, ascending; CSR: indptr, int64 indices, float32 data, as
-    ``assemble`` makes them): each clue's members (ascending; ``by_clue`` holds the members of each clue in turn),
-    then its clue–clue edges (``clue_edges``: the symmetric clue–clue matrix)."""
-    n, n_c = bank.n_utterances, len(clues.emb)
-    sizes = np.bincount(clues.labels, weights=np.diff(bank.offset_array), minlength=n_c).astype(np.int64)
+    ``assemble`` makes them) of a graph of ``n`` utterances: each clue's members (ascending; ``by_clue`` holds the
+    members of each clue in turn, ``sizes`` (int64) how many), then its clue–clue edges (``clue_edges``: the
+    symmetric clue–clue matrix)."""
     starts, ends = np.cumsum(sizes) - sizes, np.cumsum(sizes)
     counts, edge_counts = sizes[which], np.diff(clue_edges.indptr)[which]
     indptr = np.concatenate([[0], np.cumsum(counts + edge_counts)])

@@ -19,11 +19,40 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from . import sets
+
 TRAIN_PER_LIST = 64  # k-means training rows per centroid (a seeded sample of the codebook's rows)
 ITERATIONS = 10  # k-means iterations
 DOUBT = 1e-4  # a float32 gap between centroid products below this is settled in float64
 LIST_KERNEL_PRODUCTS = 1 << 21  # products up to which candidate_pairs computes them in one kernel call
 # (``kernels.pair_select.list_pairs``); above, a BLAS product per list (a build's millions of rows)
+
+
+class Probers:
+    """For each list, the rows that probe it (by any of their probes), ascending: an inverted file of the probes,
+    appendable in amortised O(rows) (``kernels/row_lists.py``), so an add finds the old rows that probe its new
+    rows' lists without a pass over every row's probes (~1.5 ms an add at 25,000 sessions).
+
+    An add appends in place, and the searches before and after it share the lists (only writes read them, one at a
+    time); ``rows`` says how many rows they hold, so a search that is not the newest (a write that failed after the
+    append, a branch from an older search) makes its own instead."""
+
+    def __init__(self, probe: np.ndarray, n_lists: int):
+        from .kernels.row_lists import RowLists
+
+        self._lists = RowLists(n_lists)
+        self.rows = 0
+        self.append(probe)
+
+    def append(self, probe: np.ndarray) -> None:
+        """The next rows' probes (n, n_probe): rows ``rows``, ``rows + 1``, ..."""
+        self._lists.append(probe, self.rows)
+        self.rows += len(probe)
+
+    def of(self, lists: np.ndarray, below: int) -> np.ndarray:
+        """The rows (int64, ascending) below ``below`` with a probe among ``lists`` (int64)."""
+        rows = sets.unique(self._lists.gather(lists))
+        return rows[: np.searchsorted(rows, below)].astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -124,9 +153,9 @@ def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, membe
     members, lists = members[keep], lists[keep]
     keep = held[q_lists]
     q_rows, q_lists = q_rows[keep], q_lists[keep]
-    order = np.argsort(lists, kind="stable")
+    order = sets.stable_order(lists, n_lists)
     members, lists = members[order], lists[order]
-    q_order = np.argsort(q_lists, kind="stable")
+    q_order = sets.stable_order(q_lists, n_lists)
     q_rows, q_lists = q_rows[q_order], q_lists[q_order]
     bounds = np.searchsorted(lists, np.arange(n_lists + 1))
     q_bounds = np.searchsorted(q_lists, np.arange(n_lists + 1))
@@ -147,7 +176,7 @@ def candidate_pairs(x: np.ndarray, probe: np.ndarray, queries: np.ndarray, membe
 def members(probe: np.ndarray, n_lists: int) -> tuple[np.ndarray, np.ndarray]:
     """The inverted lists themselves: rows (int64) grouped by their list (``probe[:, 0]``), ascending within a list,
     and where each list starts (n_lists + 1 bounds)."""
-    order = np.argsort(probe[:, 0], kind="stable").astype(np.int64)
+    order = sets.stable_order(probe[:, 0], n_lists)
     return order, np.searchsorted(probe[order, 0], np.arange(n_lists + 1)).astype(np.int64)
 
 

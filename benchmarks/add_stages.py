@@ -26,11 +26,11 @@ from assomem_gpu.bench import SyntheticEncoder, TimedEncoder, synthetic_memory
 from assomem_gpu.config import AssoMemConfig
 from assomem_gpu.fusion import FusionModel
 from assomem_gpu.index import MemoryIndex, Session, Utterance
-from assomem_gpu.kernels import csr_splice, pair_select
+from assomem_gpu.kernels import csr_splice
 
 STAGES = ((state, "grow_graph"), (graph, "grow_clue_state"), (graph, "_spliced"), (graph, "_utterance_rows"),
           (graph, "_clue_rows"), (graph, "_symmetric"), (graph, "select_top"), (graph, "exact_cosines"),
-          (graph.UttSearch, "grown"), (ivf, "candidate_pairs"), (ivf, "probes"), (pair_select, "rows_probing"),
+          (graph.UttSearch, "grown"), (ivf, "candidate_pairs"), (ivf, "probes"), (ivf.Probers, "of"),
           (csr_splice, "splice"))
 WARM = 3  # adds left out: the first ones load the kernels
 

@@ -217,7 +217,7 @@ def test_the_device_forms_of_segment_max_repeat_and_spans_equal_numpy():
 
 
 @pytest.mark.parametrize("module", ["ppr_cpu", "fused_topk", "csr_splice", "pair_select", "segments",
-                                    "pair_cosines"])
+                                    "pair_cosines", "row_lists", "local_ppr"])
 def test_cpu_kernels_release_the_interpreter_lock(module):
     """A search's kernels run in a worker thread of the service: holding the GIL, they would stall its event loop
     (and every other search) for as long as they run."""

@@ -767,11 +767,116 @@ def test_candidate_pairs_of_few_queries_in_one_kernel_equal_a_blas_product_per_l
         assert len(got[0]) > 0 and all(np.array_equal(a, b) for a, b in zip(got, want)), trial
 
 
-def test_rows_probing_lists_are_those_numpy_finds():
-    from assomem_gpu.kernels.pair_select import rows_probing
+def test_probers_hold_the_rows_that_probe_each_list_as_they_grow():
+    """An add finds the old rows that probe its new rows' lists through ``ivf.Probers``; what it finds is what a scan
+    of every row's probes finds, after appends, in place and on a branch from an older search."""
+    from assomem_gpu.graph import UttSearch
+    from assomem_gpu.ivf import Codebook
 
-    rng = np.random.default_rng(1)
-    for n, lists, n_probe in ((0, 5, 3), (1, 1, 1), (500, 40, 4), (2000, 300, 8)):
-        probe = rng.integers(0, lists, size=(n, n_probe)).astype(np.int32)
-        wanted = rng.random(lists) < 0.1
-        assert np.array_equal(rows_probing(probe, wanted), np.flatnonzero(wanted[probe].any(axis=1)))
+    rng = np.random.default_rng(4)
+    n_lists = 30
+    probe = np.stack([rng.permutation(n_lists)[:4] for _ in range(900)]).astype(np.int32)
+    codebook = Codebook(rng.normal(size=(n_lists, 8)).astype(np.float32), 500)
+    first = UttSearch(codebook, probe[:500])
+    grown = first.grown(probe[500:700])
+    assert grown.probers is first.probers  # the newest search's lists grow in place
+    other = rng.integers(0, n_lists, (50, 4)).astype(np.int32)
+    branch = first.grown(other)  # an older search grown (a failed add's retry): lists of its own
+    newer = grown.grown(probe[700:])
+    assert branch.probers is not newer.probers
+    for search, n in ((grown, 700), (newer, 900), (branch, 550)):
+        for lists in ([0], [3, 17], list(range(n_lists)), []):
+            wanted = np.zeros(n_lists, bool)
+            wanted[lists] = True
+            for below in (0, 1, 499, n):
+                found = search.probers.of(np.array(lists, np.int64), below)
+                assert found.dtype == np.int64
+                assert np.array_equal(found, np.flatnonzero(wanted[search.probe[:below]].any(axis=1)))
+
+
+def test_spliced_csr_rows_are_the_old_renamed_or_the_fresh_ones():
+    """``csr_splice.splice`` against the matrix put together row by row with scipy: runs of old rows (renamed
+    columns from ``same`` on), fresh rows between and at the ends, an empty row, and runs longer than a piece."""
+    import scipy.sparse as sp
+
+    from assomem_gpu.kernels import csr_splice
+
+    rng = np.random.default_rng(5)
+    for n_old, n_new, chunk in ((40, 45, 7), (300, 320, 1 << 15), (6, 8, 1)):  # new nodes for each old one
+        old = sp.random(n_old, n_old, density=0.3, format="csr", random_state=rng, dtype=np.float32)
+        old.data[:] = rng.random(old.nnz).astype(np.float32)
+        old.data[old.indptr[0] : old.indptr[1]] = 0  # an empty row
+        old.eliminate_zeros()
+        fresh = sp.random(n_new, n_new, density=0.1, format="csr", random_state=rng, dtype=np.float32)
+        keep = np.sort(rng.choice(n_old, size=min(n_old, n_new) // 2, replace=False))
+        source = np.full(n_new, -1, np.int64)
+        at = np.sort(rng.choice(n_new, size=len(keep), replace=False))
+        source[at] = keep
+        gaps = np.flatnonzero(source < 0)
+        source[gaps] = -1 - np.arange(len(gaps))
+        same = n_old // 2
+        col_map = np.concatenate([np.arange(same), rng.permutation(np.arange(same, n_new))[: n_old - same]])
+        inv = rng.random(n_new).astype(np.float32)
+        chunk_was, csr_splice.CHUNK = csr_splice.CHUNK, chunk
+        try:
+            indptr, indices, data, scaled = csr_splice.splice(old.indptr, old.indices.astype(np.int64), old.data,
+                                                              source, fresh[gaps].indptr, fresh[gaps].indices,
+                                                              fresh[gaps].data, col_map, inv, same)
+        finally:
+            csr_splice.CHUNK = chunk_was
+        for r in range(n_new):
+            s = source[r]
+            row = old[s] if s >= 0 else fresh[gaps[-1 - s]]
+            cols = row.indices.astype(np.int64) if s < 0 else np.where(row.indices >= same, col_map[row.indices],
+                                                                       row.indices)
+            assert np.array_equal(indices[indptr[r] : indptr[r + 1]], cols)
+            assert np.array_equal(data[indptr[r] : indptr[r + 1]], row.data)
+            assert np.array_equal(scaled[indptr[r] : indptr[r + 1]], row.data * inv[cols])
+    widest = int(np.argmax(np.diff(old.indptr)))  # one old row for many: the pieces' room no longer bounds them
+    chunk_was, csr_splice.CHUNK = csr_splice.CHUNK, 1
+    try:
+        with pytest.raises(ValueError, match="source"):
+            csr_splice.splice(old.indptr, old.indices.astype(np.int64), old.data, np.full(old.nnz + 20, widest),
+                              fresh.indptr[:1], fresh.indices[:0], fresh.data[:0], col_map, inv, same)
+    finally:
+        csr_splice.CHUNK = chunk_was
+
+
+def test_row_lists_hold_the_rows_appended_through_moves_and_compactions():
+    from assomem_gpu.kernels.row_lists import RowLists
+
+    rng = np.random.default_rng(6)
+    lists, want, first = RowLists(12), [[] for _ in range(12)], 0
+    for step in range(300):
+        n = rng.integers(0, 12 if step % 50 else 150)
+        keys = np.argsort(rng.random((n, 12)), axis=1)[:, :3].astype(np.int32)  # a row's keys distinct
+        lists.append(keys, first)
+        for i, row in enumerate(keys.tolist()):
+            for k in row:
+                want[k].append(first + i)
+        first += len(keys)
+    for which in ([0], [11, 3, 5], list(range(12)), []):
+        assert lists.gather(np.array(which, np.int64)).tolist() == [v for k in which for v in want[k]]
+    with pytest.raises(ValueError, match="keys"):
+        lists.append(np.array([[3, 12]]), first)
+
+
+@pytest.mark.parametrize("dim", [1, 7, 8, 100, 128, 129, 384, 768, 1000])
+def test_exact_cosines_are_numpys_float64_sums_to_the_bit(dim):
+    """Saved graphs hold cosines numpy summed (``(x[rows].astype(float64) * x[cols]).sum(axis=1)``, pairwise); the
+    kernel that replaced it must give the same bits, or a loaded memory's adds would no longer equal its rebuild."""
+    from assomem_gpu.graph import exact_cosines
+
+    rng = np.random.default_rng(dim)
+    x = rng.normal(size=(300, dim)).astype(np.float32)
+    x[0], x[1] = 0, -np.abs(x[1])  # products of -0.0 only: numpy's sum is 0.0
+    for n in (0, 5, 3000):  # in this thread and on the thread pool
+        rows, cols = rng.integers(0, 300, n), rng.integers(0, 300, n)
+        rows[:2], cols[:2] = 0, 1
+        want = (x[rows].astype(np.float64) * x[cols]).sum(axis=1).view(np.int64)  # bits, the sign of zero too
+        assert np.array_equal(exact_cosines(x, rows, cols).view(np.int64), want)
+        assert np.array_equal(exact_cosines(x, cols, rows).view(np.int64), want)
+    with pytest.raises(IndexError, match="cols"):
+        exact_cosines(x, np.array([0]), np.array([300]))
+    with pytest.raises(ValueError, match="cols"):
+        exact_cosines(x, np.array([0, 1]), np.array([2]))

@@ -4,7 +4,9 @@ weight over its column's degree) written in the same pass.
 
 An add or a remove changes a few hundred rows of a matrix with millions of entries; rebuilding it with scipy (COO
 to CSR, the transpose, the elementwise maximum, the column scaling) costs several passes and sorts over all of it.
-Here each output row is one copy, in parallel over rows.
+Here the rows whose sources follow one another (most of the matrix, between the few changed rows) are one block of
+entries each, copied in pieces of ``CHUNK`` in parallel: a row at a time cost ~10 ns a row (253,000 rows of ~4
+entries at 25,000 sessions: 2.7 ms).
 """
 from __future__ import annotations
 
@@ -14,38 +16,60 @@ from numba import njit, prange
 from .parallel import call_parallel
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _splice(old_indptr, old_indices, old_data, source, fresh_indptr, fresh_indices, fresh_data, col_map, same,
-            inv, indptr, indices, data, scaled):
-    for r in prange(indptr.shape[0] - 1):
-        at = indptr[r]
-        s = source[r]
-        if s >= 0:  # an old row: its columns from ``same`` on renamed
-            ind, dat, lo, hi, cut = old_indices, old_data, old_indptr[s], old_indptr[s + 1], same
-        else:
-            f = -s - 1
-            ind, dat, lo, hi, cut = fresh_indices, fresh_data, fresh_indptr[f], fresh_indptr[f + 1], inv.shape[0]
-        for k in range(lo, hi):
-            c = ind[k]
-            if c >= cut:
-                c = col_map[c]
-            v = dat[k]
-            indices[at] = c
-            data[at] = v
-            scaled[at] = v * inv[c]
-            at += 1
+CHUNK = 1 << 15  # entries a piece of the copy holds at most: the pieces share the thread pool evenly
 
 
 @njit(cache=True, nogil=True)
-def _row_bounds(old_indptr, source, fresh_indptr, indptr):
-    at = 0
-    for r in range(source.shape[0]):
+def _pieces(old_indptr, source, fresh_indptr, chunk, indptr, at, src, length, fresh):
+    """``indptr`` of the new matrix, and its entries cut into pieces: a run of rows whose sources follow one another
+    in one matrix (old, or fresh) is one block of entries there and here, cut every ``chunk`` entries. Piece ``p``
+    copies ``length[p]`` entries from ``src[p]`` of the old (``fresh[p]`` False) or fresh arrays to ``at[p]``.
+    Returns the number of pieces, or -1 where they would not fit ``at`` (a row given twice)."""
+    n, n_p, r = source.shape[0], 0, 0
+    while r < n:
         s = source[r]
+        e = r + 1
         if s >= 0:
-            at += old_indptr[s + 1] - old_indptr[s]
+            while e < n and source[e] == s + (e - r):
+                e += 1
+            ptr, first = old_indptr, s
         else:
-            at += fresh_indptr[-s] - fresh_indptr[-s - 1]
-        indptr[r + 1] = at
+            while e < n and source[e] == s - (e - r):
+                e += 1
+            ptr, first = fresh_indptr, -s - 1
+        for q in range(r, e):
+            i = first + q - r
+            indptr[q + 1] = indptr[q] + ptr[i + 1] - ptr[i]
+        k, hi, out = ptr[first], ptr[first + e - r], indptr[r]
+        while k < hi:
+            if n_p == at.shape[0]:  # more pieces than rows and chunks: a source row given twice
+                return -1
+            m = min(chunk, hi - k)
+            at[n_p], src[n_p], length[n_p], fresh[n_p] = out, k, m, s < 0
+            n_p += 1
+            k += m
+            out += m
+        r = e
+    return n_p
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _copy(at, src, length, fresh, old_indices, old_data, fresh_indices, fresh_data, col_map, same, inv, indices,
+          data, scaled):
+    for p in prange(at.shape[0]):
+        if fresh[p]:  # fresh rows: their columns are new nodes already
+            ind, dat, cut = fresh_indices, fresh_data, inv.shape[0]
+        else:  # old rows: their columns from ``same`` on renamed
+            ind, dat, cut = old_indices, old_data, same
+        o, s = at[p], src[p]
+        for i in range(length[p]):
+            c = ind[s + i]
+            if c >= cut:
+                c = col_map[c]
+            v = dat[s + i]
+            indices[o + i] = c
+            data[o + i] = v
+            scaled[o + i] = v * inv[c]
 
 
 def splice(old_indptr: np.ndarray, old_indices: np.ndarray, old_data: np.ndarray, source: np.ndarray,
@@ -58,16 +82,21 @@ def splice(old_indptr: np.ndarray, old_indices: np.ndarray, old_data: np.ndarray
     -> new node; the columns below ``same`` keep their number, which spares most of the lookups); else the fresh row
     ``-source[r] - 1``, whose columns are new nodes already. ``inv`` (float32) is indexed by new column. Copied rows
     keep their order, so a row whose renamed columns would no longer ascend (or that has a column with no new node)
-    must be given fresh.
+    must be given fresh. Each old and fresh row is given once at most.
     """
-    source = np.ascontiguousarray(source, np.int64)
+    source, old_indptr = np.ascontiguousarray(source, np.int64), np.ascontiguousarray(old_indptr, np.int64)
     fresh_indptr = fresh_indptr.astype(np.int64, copy=False)
+    room = len(source) + (len(old_indices) + len(fresh_indices)) // CHUNK + 1  # runs, and the cuts within them
     indptr = np.zeros(len(source) + 1, np.int64)
-    _row_bounds(old_indptr, source, fresh_indptr, indptr)
+    at, src, length, fresh = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int64),
+                              np.empty(room, np.bool_))
+    n_p = _pieces(old_indptr, source, fresh_indptr, CHUNK, indptr, at, src, length, fresh)
+    if n_p < 0:
+        raise ValueError("source: an old or fresh row given for two rows")
     nnz = int(indptr[-1])
     indices, data, scaled = np.empty(nnz, np.int64), np.empty(nnz, np.float32), np.empty(nnz, np.float32)
-    call_parallel(_splice, old_indptr, old_indices, old_data.astype(np.float32, copy=False), source, fresh_indptr,
-                  fresh_indices.astype(np.int64, copy=False), fresh_data.astype(np.float32, copy=False),
-                  np.ascontiguousarray(col_map, np.int64), same, np.ascontiguousarray(inv, np.float32),
-                  indptr, indices, data, scaled)
+    call_parallel(_copy, at[:n_p], src[:n_p], length[:n_p], fresh[:n_p], old_indices,
+                  old_data.astype(np.float32, copy=False), fresh_indices.astype(np.int64, copy=False),
+                  fresh_data.astype(np.float32, copy=False), np.ascontiguousarray(col_map, np.int64), same,
+                  np.ascontiguousarray(inv, np.float32), indices, data, scaled)
     return indptr, indices, data, scaled

@@ -14,6 +14,10 @@ then sorted each question's members by row (an argsort and two gathers of the (B
 parallel, each member, read once, meets each of its list's questions, and each question's members are sorted in
 place by merging its lists' runs (each list's members ascend; an argsort of each question's ~12,500 members at
 25,000 sessions took a third of the stage).
+
+``exact_pair_cosines`` is the graph's float64 cosine of a pair of rows (``graph.exact_cosines``, which every build and
+write scores its candidate pairs with): numpy's gathers and float64 temporaries, summed in numpy's pairwise order so
+that the bits are numpy's.
 """
 from __future__ import annotations
 
@@ -66,6 +70,95 @@ def pair_cosines(vectors: np.ndarray, q: np.ndarray, questions: np.ndarray, rows
     drive(_pairs_parallel, _pairs_serial, len(rows) >= PARALLEL_PAIRS, np.ascontiguousarray(vectors, np.float32),
           np.ascontiguousarray(q, np.float32), np.ascontiguousarray(questions, np.int64),
           np.ascontiguousarray(rows, np.int64), out)
+    return out
+
+
+def _pairwise_plan(n: int) -> np.ndarray:
+    """numpy's pairwise summation of ``n`` values (``pairwise_sum`` in its ``loops_utils.h.src``: blocks of at most
+    128 values, halves above, each half a multiple of 8) as a postfix program of (start, length) blocks and (-1, 0)
+    for "add the last two sums": the kernels run it without recursion (Numba's cache does not load recursive
+    functions safely)."""
+    plan = []
+
+    def walk(lo: int, size: int) -> None:
+        if size <= 128:
+            plan.append((lo, size))
+            return
+        half = size // 2
+        half -= half % 8
+        walk(lo, half)
+        walk(lo + half, size - half)
+        plan.append((-1, 0))
+
+    walk(0, n)
+    return np.array(plan, np.int64).reshape(-1, 2)
+
+
+@njit(cache=True, nogil=True)
+def _block(x, a, b, lo, n):
+    """The sum of the float64 products ``x[a, t] * x[b, t]``, t in lo:lo+n (n <= 128), as numpy adds a block."""
+    if n < 8:
+        res = 0.0
+        for t in range(lo, lo + n):
+            res += np.float64(x[a, t]) * np.float64(x[b, t])
+        return res
+    r0, r1 = np.float64(x[a, lo]) * np.float64(x[b, lo]), np.float64(x[a, lo + 1]) * np.float64(x[b, lo + 1])
+    r2, r3 = np.float64(x[a, lo + 2]) * np.float64(x[b, lo + 2]), np.float64(x[a, lo + 3]) * np.float64(x[b, lo + 3])
+    r4, r5 = np.float64(x[a, lo + 4]) * np.float64(x[b, lo + 4]), np.float64(x[a, lo + 5]) * np.float64(x[b, lo + 5])
+    r6, r7 = np.float64(x[a, lo + 6]) * np.float64(x[b, lo + 6]), np.float64(x[a, lo + 7]) * np.float64(x[b, lo + 7])
+    i = lo + 8
+    while i < lo + n - n % 8:  # eight running sums
+        r0 += np.float64(x[a, i]) * np.float64(x[b, i])
+        r1 += np.float64(x[a, i + 1]) * np.float64(x[b, i + 1])
+        r2 += np.float64(x[a, i + 2]) * np.float64(x[b, i + 2])
+        r3 += np.float64(x[a, i + 3]) * np.float64(x[b, i + 3])
+        r4 += np.float64(x[a, i + 4]) * np.float64(x[b, i + 4])
+        r5 += np.float64(x[a, i + 5]) * np.float64(x[b, i + 5])
+        r6 += np.float64(x[a, i + 6]) * np.float64(x[b, i + 6])
+        r7 += np.float64(x[a, i + 7]) * np.float64(x[b, i + 7])
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for t in range(i, lo + n):
+        res += np.float64(x[a, t]) * np.float64(x[b, t])
+    return res
+
+
+@njit(cache=True, nogil=True)
+def _exact(x, a, b, plan):
+    sums = np.empty(64, np.float64)  # the program's stack: its depth is the halvings, ~log2(dim / 128)
+    top = 0
+    for s in range(plan.shape[0]):
+        if plan[s, 0] < 0:
+            top -= 1
+            sums[top - 1] = sums[top - 1] + sums[top]
+        else:
+            sums[top] = _block(x, a, b, plan[s, 0], plan[s, 1])
+            top += 1
+    return 0.0 + sums[0]  # numpy's reduction adds the sum to its identity: -0.0 becomes 0.0
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _exact_parallel(x, rows, cols, plan, out):
+    for k in prange(rows.shape[0]):
+        out[k] = _exact(x, rows[k], cols[k], plan)
+
+
+@njit(cache=True, nogil=True)
+def _exact_serial(x, rows, cols, plan, out):
+    for k in range(rows.shape[0]):
+        out[k] = _exact(x, rows[k], cols[k], plan)
+
+
+def exact_pair_cosines(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """(n,) float64: ``x[rows[i]] · x[cols[i]]`` in float64, the same bits as numpy's
+    ``(x[rows].astype(np.float64) * x[cols]).sum(axis=1)``, each pair's rows read in place (numpy's gathers and
+    float64 temporaries cost a 2,500-session memory's add ~2 ms for its ~1,500 candidate pairs)."""
+    if len(rows) != len(cols):
+        raise ValueError(f"cols: {len(cols)} columns for {len(rows)} rows")
+    _within(rows, len(x), "rows"), _within(cols, len(x), "cols")
+    out = np.empty(len(rows), np.float64)
+    drive(_exact_parallel, _exact_serial, len(rows) >= PARALLEL_PAIRS, np.ascontiguousarray(x),
+          np.ascontiguousarray(rows, np.int64), np.ascontiguousarray(cols, np.int64), _pairwise_plan(x.shape[1]), out)
     return out
 
 

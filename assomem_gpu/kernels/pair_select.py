@@ -1,5 +1,4 @@
-"""Selecting similarity pairs from a block of products (Numba): the per-row floor and the pick in one pass each;
-and the rows whose probes reach given lists (the old rows an add's new rows may enter the neighbour lists of).
+"""Selecting similarity pairs from a block of products (Numba): the per-row floor and the pick in one pass each.
 
 ``ivf.candidate_pairs`` multiplies the queries that probe a list by the list's members (a GEMM) and keeps, per
 query, the products above ``max(radius, keep-th largest − doubt)``. With numpy that is a partition, a comparison
@@ -19,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .parallel import call_parallel, drive
+from .parallel import drive
 
 MAX_KEEP = 64  # above this many values per row's buffer, select_pairs partitions with numpy
 PARALLEL_PRODUCTS = 1 << 14  # products (of 384 dims) in a list_pairs call from which its lists run on the pool
@@ -120,23 +119,6 @@ def select_pairs(sims: np.ndarray, radius: float, keep: int, doubt: float) -> tu
     rows, cols = np.empty(int(starts[-1]), np.int64), np.empty(int(starts[-1]), np.int64)
     drive(_gather_parallel, _gather_serial, pool, sims, floors, starts[:-1], rows, cols)
     return rows, cols
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _probing(probe, lists, out):
-    for r in prange(probe.shape[0]):
-        hit = False
-        for j in range(probe.shape[1]):
-            hit |= lists[probe[r, j]]
-        out[r] = hit
-
-
-def rows_probing(probe: np.ndarray, lists: np.ndarray) -> np.ndarray:
-    """Rows (int64, ascending) of ``probe`` (n, n_probe) with a probe among the lists where ``lists`` (bool, one per
-    list) is True: one pass, without numpy's (n, n_probe) temporary."""
-    out = np.empty(len(probe), np.bool_)
-    call_parallel(_probing, np.ascontiguousarray(probe), np.ascontiguousarray(lists, np.bool_), out)
-    return np.flatnonzero(out)
 
 
 @njit(cache=True, nogil=True, fastmath=True)
