@@ -386,12 +386,16 @@ def teleport(cosines, n_nodes: int, xp=np, mass=None):
     b, n = cosines.shape
     t = xp.zeros((b, n_nodes), np.float32)
     part = t[:, :n]
-    xp.maximum(cosines, 0.0, out=part)
-    if mass is None:
-        mass = t.sum(axis=1)
-    xp.divide(part, xp.maximum(mass, 1e-30)[:, None], out=part)  # in place: no (B, n) temporaries
-    xp.copyto(part, np.float32(1.0 / max(n, 1)), where=(mass == 0)[:, None])  # CuPy: no host sync
+    xp.maximum(cosines, 0.0, out=part)  # in place: no (B, n) temporaries
+    _teleport_weights(part, (t.sum(axis=1) if mass is None else mass)[:, None], n, xp)
     return t.T
+
+
+def _teleport_weights(clipped, mass, n_utt: int, xp) -> None:
+    """Eq. 2's teleport in place: the clipped cosines (float32) over their question's ``mass`` (broadcast against
+    them), and 1 / ``n_utt`` where the mass is 0 (a question similar to nothing teleports uniformly)."""
+    xp.divide(clipped, xp.maximum(mass, 1e-30), out=clipped)
+    xp.copyto(clipped, np.float32(1.0 / max(n_utt, 1)), where=mass == 0)  # CuPy: no host sync
 
 
 def importance(g: MemoryGraph, rel: Relevance, at, valid, config: AssoMemConfig, backend: Backend):
@@ -449,9 +453,10 @@ def _ball_importance(g: MemoryGraph, rel: Relevance, at, valid, config: AssoMemC
     owner = np.repeat(np.arange(len(host_at)), sizes)
     utt = nodes < g.n_utt  # the teleport's nodes: eq. 2's t, as ``teleport`` makes it, on the ball
     cos = backend.to_host(rel.of_pairs(backend.asarray(owner[utt]), backend.asarray(nodes[utt])))
-    mass = backend.to_host(rel.mass)[owner[utt]]
+    clipped = np.maximum(cos, 0.0).astype(np.float32, copy=False)
+    _teleport_weights(clipped, backend.to_host(rel.mass)[owner[utt]], g.n_utt, np)
     tele = np.zeros(len(nodes), np.float32)
-    tele[utt] = np.where(mass == 0, np.float32(1.0 / max(g.n_utt, 1)), np.maximum(cos, 0.0) / np.maximum(mass, 1e-30))
+    tele[utt] = clipped
     out = np.zeros(host_at.shape, np.float32)
     out[host_valid] = ball_ppr(m, config.damping, hops, ball_ptr, nodes, tele, seed_ptr, seeds)
     return backend.asarray(out)

@@ -21,6 +21,7 @@ that the bits are numpy's.
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -124,8 +125,8 @@ def _block(x, a, b, lo, n):
 
 
 @njit(cache=True, nogil=True)
-def _exact(x, a, b, plan):
-    sums = np.empty(64, np.float64)  # the program's stack: its depth is the halvings, ~log2(dim / 128)
+def _exact(x, a, b, plan, sums):
+    """One pair's sum by ``plan``; ``sums``: the program's stack (its depth: the halvings, ~log2(dim / 128))."""
     top = 0
     for s in range(plan.shape[0]):
         if plan[s, 0] < 0:
@@ -137,16 +138,23 @@ def _exact(x, a, b, plan):
     return 0.0 + sums[0]  # numpy's reduction adds the sum to its identity: -0.0 becomes 0.0
 
 
+@njit(cache=True, nogil=True)
+def _exact_chunk(c, n_chunks, x, rows, cols, plan, out):
+    sums = np.empty(64, np.float64)  # one stack for the chunk's pairs
+    for k in range(c * len(rows) // n_chunks, (c + 1) * len(rows) // n_chunks):
+        out[k] = _exact(x, rows[k], cols[k], plan, sums)
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def _exact_parallel(x, rows, cols, plan, out):
-    for k in prange(rows.shape[0]):
-        out[k] = _exact(x, rows[k], cols[k], plan)
+    n_chunks = numba.get_num_threads()
+    for c in prange(n_chunks):
+        _exact_chunk(c, n_chunks, x, rows, cols, plan, out)
 
 
 @njit(cache=True, nogil=True)
 def _exact_serial(x, rows, cols, plan, out):
-    for k in range(rows.shape[0]):
-        out[k] = _exact(x, rows[k], cols[k], plan)
+    _exact_chunk(0, 1, x, rows, cols, plan, out)
 
 
 def exact_pair_cosines(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
