@@ -146,15 +146,15 @@ def _exact_chunk(c, n_chunks, x, rows, cols, plan, out):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _exact_parallel(x, rows, cols, plan, out):
-    n_chunks = numba.get_num_threads()
+def _exact_parallel(x, rows, cols, plan, n_chunks, out):
     for c in prange(n_chunks):
         _exact_chunk(c, n_chunks, x, rows, cols, plan, out)
 
 
 @njit(cache=True, nogil=True)
-def _exact_serial(x, rows, cols, plan, out):
-    _exact_chunk(0, 1, x, rows, cols, plan, out)
+def _exact_serial(x, rows, cols, plan, n_chunks, out):
+    for c in range(n_chunks):
+        _exact_chunk(c, n_chunks, x, rows, cols, plan, out)
 
 
 def exact_pair_cosines(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -165,8 +165,10 @@ def exact_pair_cosines(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.
         raise ValueError(f"cols: {len(cols)} columns for {len(rows)} rows")
     _within(rows, len(x), "rows"), _within(cols, len(x), "cols")
     out = np.empty(len(rows), np.float64)
-    drive(_exact_parallel, _exact_serial, len(rows) >= PARALLEL_PAIRS, np.ascontiguousarray(x),
-          np.ascontiguousarray(rows, np.int64), np.ascontiguousarray(cols, np.int64), _pairwise_plan(x.shape[1]), out)
+    pool = len(rows) >= PARALLEL_PAIRS
+    drive(_exact_parallel, _exact_serial, pool, np.ascontiguousarray(x), np.ascontiguousarray(rows, np.int64),
+          np.ascontiguousarray(cols, np.int64), _pairwise_plan(x.shape[1]), numba.get_num_threads() if pool else 1,
+          out)
     return out
 
 
