@@ -96,6 +96,14 @@ class Backend:
         xp.maximum.at(out.reshape(-1), key.ravel(), values.ravel())
         return out
 
+    def zscore(self, x, valid):
+        """Each question's signals ``x`` (B, C, S) z-scored over its candidates where ``valid`` (B, C), float64, 0
+        elsewhere and for a constant signal. On the CPU a Numba kernel, on the device array operations
+        (``kernels/zscore.py``)."""
+        from .kernels import zscore
+
+        return zscore.zscore(x, valid) if self.name == "cpu" else zscore.zscore_array(x, valid, self.xp)
+
     def pair_cosines(self, vectors, q, questions, rows):
         """(n,) float32 ``vectors[rows[i]] · q[questions[i]]``. On the CPU a Numba kernel that reads each row in
         place (``kernels/pair_cosines.py``); on the device both sides gathered, ``PAIR_BLOCK`` pairs at a time."""

@@ -382,13 +382,14 @@ class MemoryIndex:
     def _hits(self, state: MemoryState, r: Ranking) -> list[Hit]:
         bank = state.bank
         session_of = np.searchsorted(bank.offset_array, r.rows, side="right") - 1
-        n, shares = len(r.scores), r.shares
+        n, signals = len(r.scores), self.config.signals
+        scores, shares = r.scores.tolist(), r.shares.tolist() if n else []  # (one conversion a ranking, not a hit)
         out = []
         for i, (row, s) in enumerate(zip(r.rows.tolist(), session_of.tolist())):
             fused = i < n
             out.append(Hit(bank.utt_ids[row], bank.session_ids[s], bank.utt_speakers[row], bank.utt_texts[row],
-                           _iso(bank.session_dates[s]), float(r.scores[i]) if fused else None,
-                           dict(zip(self.config.signals, shares[i].tolist())) if fused else {},
+                           _iso(bank.session_dates[s]), scores[i] if fused else None,
+                           dict(zip(signals, shares[i])) if fused else {},
                            copy.deepcopy(state.metadata[s]) if state.metadata[s] else {}))
         return out
 

@@ -265,21 +265,12 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
         elif name == "temporal":
             with stage("temporal"):
                 signals[:, :, s] = temporal(state, queries, cand, counts, backend)
-    z = zscore(signals, valid, xp)
+    z = backend.zscore(signals, valid)
     active = xp.ones((b, n_sig), bool)
     if "temporal" in config.signals:  # a question without a temporal intent has no temporal signal
         t = config.signals.index("temporal")
         active[:, t] = xp.any(z[:, :, t] != 0, axis=1)
     return Scored(cand, counts, z, active, rel.values, rel.rows, None if rel.rows is None else rel.everything)
-
-
-def zscore(x, valid, xp):
-    """Each question's signals (B, C, S) z-scored over its valid candidates (float64); a constant signal gets 0."""
-    n = xp.maximum(valid.sum(axis=1), 1)[:, None]
-    w = valid[:, :, None]
-    d = xp.where(w, x - (xp.where(w, x, 0.0).sum(axis=1) / n)[:, None, :], 0.0)
-    sd = xp.sqrt((d * d).sum(axis=1) / n)
-    return xp.where(sd[:, None, :] > 1e-12, d / xp.where(sd > 1e-12, sd, 1.0)[:, None, :], 0.0)
 
 
 def dense_top(rel: Relevance, n: int, backend: Backend):

@@ -216,8 +216,35 @@ def test_the_device_forms_of_segment_max_repeat_and_spans_equal_numpy():
         assert backend.spans(starts[:0], counts[:0]).tolist() == []
 
 
+@pytest.mark.parametrize("pool", [False, True])
+def test_zscore_kernel_is_the_array_expressions_bits(pool, monkeypatch):
+    """The CPU's z-scores (``Backend.zscore``: a Numba kernel) are the device's array expression's on numpy to the
+    bit with two signals or more (numpy sums across candidates in order, as the kernel does; with one it adds
+    pairwise: to rounding): ties, signed zeros, constant signals, questions without candidates, none at all."""
+    from assomem_gpu.kernels import zscore
+
+    monkeypatch.setattr(zscore, "PARALLEL_ENTRIES", 1 if pool else 1 << 62)
+    rng = np.random.default_rng(3)
+    cpu = get_backend("cpu")
+    for trial in range(60):
+        b, c, s = int(rng.integers(1, 20)), int(rng.integers(0, 200)), int(rng.integers(1, 8))
+        x = rng.normal(size=(b, c, s)) * rng.choice([1e-14, 1.0, 1e6], size=s)
+        x[:, :, 0] = np.round(x[:, :, 0])  # ties; signed zeros; a signal constant over the candidates
+        x[:, : c // 2, s - 1] = -0.0
+        x[:, :, s // 2] = 7.0 if trial % 3 == 0 else x[:, :, s // 2]
+        valid = rng.random((b, c)) < rng.uniform(0, 1)
+        valid[0] = False
+        got, want = cpu.zscore(x, valid), zscore.zscore_array(x, valid, np)
+        assert got.shape == want.shape and got.dtype == np.float64
+        if s > 1:
+            assert np.array_equal(got.view(np.int64), want.view(np.int64)), trial
+        else:
+            assert np.allclose(got, want, rtol=1e-12, atol=1e-12), trial
+        assert not got[0].any() and not got[~valid].any()
+
+
 @pytest.mark.parametrize("module", ["ppr_cpu", "fused_topk", "csr_splice", "pair_select", "segments",
-                                    "pair_cosines", "row_lists", "local_ppr"])
+                                    "pair_cosines", "row_lists", "local_ppr", "zscore", "neighbours"])
 def test_cpu_kernels_release_the_interpreter_lock(module):
     """A search's kernels run in a worker thread of the service: holding the GIL, they would stall its event loop
     (and every other search) for as long as they run."""

@@ -375,7 +375,8 @@ def test_an_add_makes_again_the_clue_rows_whose_clue_edges_a_joined_clue_moved(m
     emb, bank = clustered(60, per, seed=3)
     clue = centroid_embeddings(np.arange(0, 60 * per + 1, per), emb)
     config = GraphConfig(gamma=0.2, delta=0.8, max_neighbors=2)
-    monkeypatch.setattr(graph, "_changed_clues", lambda g, clue_edges, touched: touched)
+    monkeypatch.setattr(graph, "_changed_clues", lambda g, candidates, config, n_c, touched:
+                        (touched, graph._clue_edges(candidates, config, n_c)))
     g, differs = build_graph(bank(1), emb[:per], clue[:1], config), 0
     for hi in range(2, 61):
         g = graph.grow_graph(g, bank(hi), emb[: hi * per], clue[:hi], config)
@@ -383,6 +384,25 @@ def test_an_add_makes_again_the_clue_rows_whose_clue_edges_a_joined_clue_moved(m
         differs += (g.adjacency != built.adjacency).nnz > 0
         g = built  # each add from the right graph
     assert differs > 0
+
+
+def test_clue_edges_of_some_rows_are_those_rows_of_every_clues_edges():
+    """``graph._clue_edges`` with rows: each of those rows as the whole matrix has it (an edge of a row may come from
+    its own top-k list or from a neighbour's), from the lists of the rows and their candidates alone."""
+    from assomem_gpu import graph
+
+    rng = np.random.default_rng(4)
+    emb = unit(rng.normal(size=(80, 4)))
+    i, j = np.nonzero(np.triu(emb @ emb.T > 0.3, 1))
+    i, j = np.concatenate([i, j]), np.concatenate([j, i])
+    candidates = (i, j, graph.exact_cosines(emb, i, j))
+    config = GraphConfig(gamma=0.3, max_neighbors=3)
+    full = graph._clue_edges(candidates, config, len(emb))
+    for rows in (np.arange(0), np.array([5]), np.sort(rng.choice(80, 20, replace=False)), np.arange(80)):
+        part = graph._clue_edges(candidates, config, len(emb), rows)
+        assert (part[rows] != full[rows]).nnz == 0 and part[rows].nnz == full[rows].nnz
+    one_way = np.diff(full.indptr) > 3  # some row's edges are more than its own list: its neighbours' lists hold it
+    assert one_way.any()
 
 
 def test_a_leader_graph_grown_by_several_sessions_at_once_equals_the_build_to_the_bit():
@@ -765,6 +785,11 @@ def test_candidate_pairs_of_few_queries_in_one_kernel_equal_a_blas_product_per_l
         monkeypatch.undo()
         monkeypatch.setattr(pair_select, "PARALLEL_PRODUCTS", 1 if pool else 10**12)
         assert len(got[0]) > 0 and all(np.array_equal(a, b) for a, b in zip(got, want)), trial
+        lists = np.unique(probe[members, 0])  # the queries' probes of the members' lists, as an add's Probers give
+        q_rows = [queries[(probe[queries] == k).any(axis=1)] for k in lists]
+        given = ivf.probing_pairs(emb, probe, np.concatenate(q_rows), np.repeat(lists, [len(r) for r in q_rows]),
+                                  members, radius, k)
+        assert all(np.array_equal(a, b) for a, b in zip(given, got)), trial
 
 
 def test_probers_hold_the_rows_that_probe_each_list_as_they_grow():
@@ -780,18 +805,17 @@ def test_probers_hold_the_rows_that_probe_each_list_as_they_grow():
     first = UttSearch(codebook, probe[:500])
     grown = first.grown(probe[500:700])
     assert grown.probers is first.probers  # the newest search's lists grow in place
-    other = rng.integers(0, n_lists, (50, 4)).astype(np.int32)
+    other = np.stack([rng.permutation(n_lists)[:4] for _ in range(50)]).astype(np.int32)  # (a row's probes differ)
     branch = first.grown(other)  # an older search grown (a failed add's retry): lists of its own
     newer = grown.grown(probe[700:])
     assert branch.probers is not newer.probers
     for search, n in ((grown, 700), (newer, 900), (branch, 550)):
-        for lists in ([0], [3, 17], list(range(n_lists)), []):
-            wanted = np.zeros(n_lists, bool)
-            wanted[lists] = True
+        for lists in ([0], [17, 3], list(range(n_lists)), []):
             for below in (0, 1, 499, n):
-                found = search.probers.of(np.array(lists, np.int64), below)
-                assert found.dtype == np.int64
-                assert np.array_equal(found, np.flatnonzero(wanted[search.probe[:below]].any(axis=1)))
+                rows, of = search.probers.of(np.array(lists, np.int64), below)
+                assert rows.dtype == of.dtype == np.int64
+                want = [(r, k) for k in lists for r in np.flatnonzero((search.probe[:below] == k).any(axis=1))]
+                assert list(zip(rows.tolist(), of.tolist())) == want
 
 
 def test_spliced_csr_rows_are_the_old_renamed_or_the_fresh_ones():
@@ -856,7 +880,9 @@ def test_row_lists_hold_the_rows_appended_through_moves_and_compactions():
                 want[k].append(first + i)
         first += len(keys)
     for which in ([0], [11, 3, 5], list(range(12)), []):
-        assert lists.gather(np.array(which, np.int64)).tolist() == [v for k in which for v in want[k]]
+        rows, counts = lists.gather(np.array(which, np.int64))
+        assert rows.tolist() == [v for k in which for v in want[k]]
+        assert counts.tolist() == [len(want[k]) for k in which]
     with pytest.raises(ValueError, match="keys"):
         lists.append(np.array([[3, 12]]), first)
 

@@ -631,7 +631,8 @@ def test_the_lexical_context_signal_is_the_bm25_score_of_a_candidates_turn_befor
     """The engine's lexical context (a candidate's turn before read from the candidates' own BM25 scores where it is
     one, computed otherwise) equals ``BM25Index.scores`` of the turn before each candidate in its session (0 for a
     first turn), z-scored over the question's candidates; without the lexical signal the index keeps BM25 for it."""
-    from assomem_gpu.scoring import Queries, score, zscore
+    from assomem_gpu.kernels.zscore import zscore_array
+    from assomem_gpu.scoring import Queries, score
 
     config = AssoMemConfig(top_clues=1, min_candidates=0, dense_pool=4, signals=signals,
                            graph=GraphConfig(delta=0.5, gamma=0.3))
@@ -645,7 +646,7 @@ def test_the_lexical_context_signal_is_the_bm25_score_of_a_candidates_turn_befor
     at = np.where(valid, scored.candidates, 0)
     want = np.where((at > 0) & (session[at - 1] == session[at]), np.take_along_axis(bm25, at - 1, axis=1), 0.0)
     got = scored.signals[:, :, signals.index("lexical_context")]
-    assert np.allclose(got, zscore(want[:, :, None], valid, np)[:, :, 0], atol=1e-5)
+    assert np.allclose(got, zscore_array(want[:, :, None], valid, np)[:, :, 0], atol=1e-5)
     assert (np.abs(got) > 0).sum() > 10
     assert make_index(AssoMemConfig(signals=("relevance", "context")))._state.lexical is None  # no BM25 signal
 

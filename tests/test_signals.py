@@ -328,6 +328,39 @@ def test_context_is_the_cosine_to_the_sum_of_the_neighbouring_turns_of_the_same_
     assert len(asked) == 1 and 0 < len(asked[0]) < 2 * window * at.size  # fewer pairs asked for
 
 
+@pytest.mark.parametrize("pool", [False, True])
+def test_the_cpus_neighbour_kernel_gives_the_array_expressions_values(pool, monkeypatch):
+    """``neighbour_values`` with the rows' own values known: on the CPU a Numba pass (``kernels/neighbours.py``), on
+    the device array operations; the same values to the bit and the same turns looked up, whatever the sessions,
+    the rows (whole sessions, scattered rows, none), the offsets and the memory's ends."""
+    import types
+
+    from assomem_gpu.kernels import neighbours
+    from assomem_gpu.signals.context import neighbour_values
+
+    monkeypatch.setattr(neighbours, "PARALLEL_ENTRIES", 1 if pool else 1 << 62)
+    array_module = types.SimpleNamespace(**vars(np))  # numpy, but not ``np``: the device's path
+    rng = np.random.default_rng(7)
+    for trial in range(100):
+        n, b, c = int(rng.integers(1, 50)), int(rng.integers(1, 5)), int(rng.integers(0, 25))
+        session = np.sort(rng.integers(0, max(1, n // 4), n))
+        at = np.sort(np.stack([rng.choice(n, min(c, n), replace=False) for _ in range(b)]), axis=1)
+        values = rng.normal(size=(b, n)).astype(np.float32 if trial % 2 else np.float64)
+        steps = (np.array([-1]), np.array([-2, -1, 1, 2]), np.arange(-3, 4)[np.arange(-3, 4) != 0])[trial % 3]
+        asked = {}
+
+        def of_pairs(qb, rows, key):
+            asked[key] = sorted(zip(qb.tolist(), rows.tolist()))
+            return values[qb, rows]
+
+        known = np.take_along_axis(values, at, axis=1)
+        got, same = neighbour_values(lambda q, r: of_pairs(q, r, "cpu"), at, session, steps, np, known)
+        want, want_same = neighbour_values(lambda q, r: of_pairs(q, r, "array"), at, session, steps, array_module,
+                                           known)
+        assert got.dtype == want.dtype and np.array_equal(same, want_same), trial
+        assert np.array_equal(got, want) and asked.get("cpu") == asked.get("array"), trial
+
+
 def test_session_is_the_best_relevance_among_the_candidates_of_the_same_session():
     """Each candidate gets the best relevance among its question's candidates from its session (runs of one session
     along a row; a row that ends in a session the next row starts in keeps its own); padding gets 0; the device form

@@ -103,9 +103,11 @@ class RowLists:
             self._pool, self._room = pool, room
         self._top = _append(self._pool, self._start, self._length, self._room, self._top, keys, first, counts)
 
-    def gather(self, lists: np.ndarray) -> np.ndarray:
-        """The rows of these lists (int64 list numbers), list after list (int32)."""
+    def gather(self, lists: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of these lists (int64 list numbers), list after list (int32), and how many each list holds
+        (int64)."""
         lists = np.ascontiguousarray(lists, np.int64)
-        out = np.empty(int(self._length[lists].sum()), np.int32)
+        counts = self._length[lists]
+        out = np.empty(int(counts.sum()), np.int32)
         _gather(self._pool, self._start, self._length, lists, out)
-        return out
+        return out, counts

@@ -57,15 +57,22 @@ def neighbour_values(of_pairs, at, session, steps: np.ndarray, xp=np, known=None
     ``session`` (n_utt,) each utterance's session row, on ``xp``. ``known`` (B, C), when given, holds the values of
     ``at`` themselves, each question's rows ascending: a turn ``d`` away from a row that is the row ``d`` places
     along (a clue brings whole sessions) is read there, and only the other turns are asked of ``of_pairs``."""
-    near, same = neighbours(at, session, steps, xp)
     b, c = at.shape
     if known is None:
+        near, same = neighbours(at, session, steps, xp)
         return of_pairs(xp.repeat(xp.arange(b), near.shape[1] * near.shape[2]), near.ravel()).reshape(near.shape), same
-    along = xp.clip(xp.arange(c)[:, None] + xp.asarray(steps), 0, max(c - 1, 0)).reshape(1, -1)  # positions d along
-    along = xp.broadcast_to(along, (b, along.shape[1]))
-    hit = xp.take_along_axis(at, along, axis=1).reshape(near.shape) == near
-    values = xp.where(hit, xp.take_along_axis(known, along, axis=1).reshape(near.shape), 0.0)
-    qb, cc, kk = xp.nonzero(same & ~hit)  # the other turns
+    if xp is np:  # the CPU: the same in one pass (kernels/neighbours.py)
+        from ..kernels.neighbours import known_neighbours
+
+        near, same, values, other = known_neighbours(at, session, steps, known)
+    else:
+        near, same = neighbours(at, session, steps, xp)
+        along = xp.clip(xp.arange(c)[:, None] + xp.asarray(steps), 0, max(c - 1, 0)).reshape(1, -1)  # d along
+        along = xp.broadcast_to(along, (b, along.shape[1]))
+        hit = xp.take_along_axis(at, along, axis=1).reshape(near.shape) == near
+        values = xp.where(hit, xp.take_along_axis(known, along, axis=1).reshape(near.shape), 0.0)
+        other = same & ~hit
+    qb, cc, kk = xp.nonzero(other)  # the turns not read from ``known``
     if len(qb):
         values[qb, cc, kk] = of_pairs(qb, near[qb, cc, kk])
     return values, same
