@@ -97,7 +97,7 @@ class Backend:
         return out
 
     def zscore(self, x, valid):
-        """Each question's signals ``x`` (B, C, S) z-scored over its candidates where ``valid`` (B, C), float64, 0
+        """Each question's signals ``x`` (B, C, S, float64) z-scored over its candidates where ``valid`` (B, C), 0
         elsewhere and for a constant signal. On the CPU a Numba kernel, on the device array operations
         (``kernels/zscore.py``)."""
         from .kernels import zscore

@@ -50,8 +50,8 @@ class Probers:
         self.rows += len(probe)
 
     def of(self, lists: np.ndarray, below: int) -> tuple[np.ndarray, np.ndarray]:
-        """The rows below ``below`` that probe each of ``lists`` (int64): (row, list) pairs (int64), list after list,
-        each list's rows ascending."""
+        """The rows below ``below`` that probe each of ``lists`` (int64, distinct): (row, list) pairs (int64), list
+        after list, each list's rows ascending."""
         rows, counts = self._lists.gather(lists)
         lists = np.repeat(np.asarray(lists, np.int64), counts)
         keep = rows < below

@@ -1,4 +1,5 @@
-"""Where a question's evidence is lost: the share of evidence turns among the engine's candidates, the dense rank in
+"""Where a question's evidence is lost: the share of evidence turns among the engine's candidates (over all turns,
+and per question averaged as R@k is: the recall a perfect ranking of the candidates would reach), the dense rank in
 its memory of each one that is not, and the R@k of each signal alone within the candidates against the
 cross-validated fusion (the eval CLI's folds), for the eval CLI's options.
 
@@ -26,7 +27,7 @@ def main() -> int:
     args, data, method, feats, folds = features(rest)
     ds, signals = data.dataset, list(method.config.signals)
     questions = list(range(len(feats)))
-    held, missing, counts = 0, [], []
+    held, missing, counts, shares = 0, [], [], []
     for q, f in enumerate(feats):
         evidence = np.asarray(ds.questions[q].evidence)
         if not len(evidence):
@@ -37,10 +38,14 @@ def main() -> int:
         rank = {r: i + 1 for i, r in enumerate(order.tolist())}
         inside = np.isin(evidence, f.candidates)
         held += int(inside.sum())
+        shares.append(inside.mean())
         missing += [rank.get(e) for e in evidence[~inside].tolist()]  # None: a row its relevance did not reach
+    if not counts:
+        raise SystemExit("no question of these options has evidence")
     n_evidence = held + len(missing)
     figures = {
-        "evidence": n_evidence, "among_candidates": held, "share": round(100 * held / max(n_evidence, 1), 2),
+        "evidence": n_evidence, "among_candidates": held, "share": round(100 * held / n_evidence, 2),
+        "share_per_question": round(100 * float(np.mean(shares)), 2),
         "candidates_mean": round(float(np.mean(counts)), 1), "candidates_max": int(np.max(counts)),
         "missing_dense_ranks": sorted(missing, key=lambda r: (r is None, r or 0)),
         "fusion": cross_validated(data, method, questions, feats, signals, folds, get_backend("cpu")),

@@ -1,10 +1,10 @@
 """Each question's signals z-scored over its valid candidates: on the CPU a Numba kernel, one pass per question
 (the array expression's eight temporaries of (B, C, S) float64 took ~45 of ~350 ms a batch of 256 questions at 2,500
-sessions); on the device the array expression (``zscore_array``).
+sessions, an ad hoc line profile); on the device, and for a single signal, the array expression (``zscore_array``).
 
 The kernel's sums run over the candidates in order from the first, as numpy reduces an axis that is not the
-innermost: with two signals or more its values are the expression's bits on numpy (with one, numpy adds pairwise:
-equal to rounding).
+innermost, so its values are the expression's bits on numpy; with one signal that axis is the innermost, which numpy
+sums pairwise, so the expression runs there.
 """
 from __future__ import annotations
 
@@ -55,11 +55,11 @@ def zscore(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """(B, C, S) float64: each question's signals ``x`` (B, C, S) z-scored over its candidates where ``valid`` (B,
     C) bool, 0 elsewhere and for a signal constant over them (deviation at most ``SD_FLOOR``)."""
     x = np.ascontiguousarray(x, np.float64)
+    if x.shape[2] == 1:
+        return zscore_array(x, valid, np)
     out = np.empty_like(x)
-    if x.shape[1] > 0:
+    if x.shape[1] > 0:  # (no candidate: nothing to write)
         drive(_parallel, _serial, x.size >= PARALLEL_ENTRIES, x, np.ascontiguousarray(valid, np.bool_), out)
-    else:
-        out[:] = 0.0
     return out
 
 
