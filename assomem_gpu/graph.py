@@ -787,7 +787,8 @@ def _clue_edges(candidates, config: GraphConfig, n_c: int, rows: np.ndarray | No
     ``assemble`` makes them; ``ClueState.candidates`` holds each pair both ways). With ``rows`` (int64) only those
     rows are whole (the others hold at most some of their edges): an edge r–c is in r's list or in c's, and c is
     among r's candidates, so the lists of ``rows`` and of their candidates are enough (an add reads its clues'
-    neighbourhood, not every clue's pairs: the add stages' ``_spliced`` at 25,000 sessions 7.0–7.1 → 6.5–6.8 ms)."""
+    neighbourhood, not every clue's pairs: the add stages' ``_spliced`` at 25,000 sessions 7.0–7.1 → 6.5–6.8
+    ms)."""
     ci, cj, cs = candidates
     if rows is not None:
         mine = np.zeros(n_c, bool)

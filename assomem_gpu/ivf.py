@@ -153,7 +153,8 @@ def probing_pairs(x: np.ndarray, probe: np.ndarray, q_rows: np.ndarray, q_lists:
                   radius: float, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``candidate_pairs`` with the queries' probes given: query row ``q_rows[i]`` probes list ``q_lists[i]`` (each
     list's queries in the order given). An add gives the old rows that probe its new rows' lists this way
-    (``Probers.of``), not the rows whose probes would have to be read and most of them dropped (~1 ms at any size)."""
+    (``Probers.of``), not the rows whose probes would have to be read and most of them dropped (~1.4 ms for 20,000
+    such rows, ad hoc)."""
     lists = probe[members, 0]
     n_lists = int(max(q_lists.max(initial=-1), lists.max(initial=-1))) + 1
     probed, held = np.zeros(n_lists, bool), np.zeros(n_lists, bool)

@@ -1,8 +1,8 @@
 """The turns around each candidate, for the context signals on the CPU (Numba): one pass over a batch's (question,
 candidate, offset) entries where the array expression of ``signals.context.neighbour_values`` (the device's) makes a
-dozen (B, C, S) temporaries (~35 of ~350 ms a batch of 256 questions at 2,500 sessions, an ad hoc line profile). The same entries, the same
-values: a turn that is a candidate of its question is read from the candidates' own values, and the others are
-listed for the caller to look up.
+dozen (B, C, S) temporaries (~35 of ~350 ms a batch of 256 questions at 2,500 sessions, an ad hoc line profile).
+The same entries, the same values: a turn that is a candidate of its question is read from the candidates' own
+values, and the others are listed for the caller to look up.
 """
 from __future__ import annotations
 
