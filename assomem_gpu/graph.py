@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from . import ivf, sets
 from .ivf import Codebook
 from .memory import MemoryBank
-from .rows import Rows
+from .rows import Rows, spans
 
 
 CLUE_MERGES = ("components", "leaders")
@@ -129,7 +129,7 @@ class UttSearch:
     def members_of(self, lists: np.ndarray) -> np.ndarray:
         """The rows (int64) of these lists, list by list, ascending within each."""
         order, bounds = self.lists
-        return order[_ranges(bounds[lists], bounds[lists + 1])]
+        return order[_entries(bounds, lists)]
 
 
 @dataclass
@@ -508,7 +508,7 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
     fresh[changed // n], fresh[changed % n] = True, True
     adj = g.adjacency
     gone = np.flatnonzero(~keep_utt)
-    near = adj.indices[_ranges(adj.indptr[gone], adj.indptr[gone + 1])]
+    near = adj.indices[_entries(adj.indptr, gone)]
     near = near[near < len(keep_utt)]
     fresh[new_of[near[keep_utt[near]]]] = True  # rows that had an edge to a removed utterance
     touched = np.zeros(g.n_clues, bool)
@@ -657,10 +657,9 @@ def _by_clue(bank: MemoryBank, labels: np.ndarray) -> np.ndarray:
     return bank.session_utterances(np.argsort(labels, kind="stable"))
 
 
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The positions lo[0]:hi[0], lo[1]:hi[1], ... concatenated (int64)."""
-    lengths = hi - lo
-    return np.repeat(lo - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+def _entries(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The positions of the CSR rows ``rows``' entries (``indptr``), row after row (int64)."""
+    return spans(indptr[rows], indptr[rows + 1] - indptr[rows])
 
 
 def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
@@ -738,11 +737,12 @@ def _utterance_rows(g: MemoryGraph, bank: MemoryBank, utt_pairs, config: GraphCo
     was = old_of[rows_f]
     was = was[was >= 0]
     adj = g.adjacency
-    near = adj.indices[_ranges(adj.indptr[was], adj.indptr[was + 1])]
+    near = adj.indices[_entries(adj.indptr, was)]
     near = utt_map[near[near < n_old]]
     reach = sets.unique(np.concatenate([rows_f, near[near >= 0]]))
     pr, pc, ps = utt_pairs
-    at = _ranges(np.searchsorted(pr, reach), np.searchsorted(pr, reach, side="right"))
+    lo = np.searchsorted(pr, reach)
+    at = spans(lo, np.searchsorted(pr, reach, side="right") - lo)
     r, c, v = pr[at], pc[at], ps[at]
     touch = fresh[r] | fresh[c]
     r, c, v = [r[touch]], [c[touch]], [v[touch]]
@@ -772,13 +772,13 @@ def _changed_clues(g: MemoryGraph, candidates, config: GraphConfig, n_c: int, to
     among its candidates (where its new edges are)."""
     adj, n_old = g.adjacency, g.n_utt
     old = touched[touched < g.n_clues] + n_old
-    before = adj.indices[_ranges(adj.indptr[old], adj.indptr[old + 1])]
+    before = adj.indices[_entries(adj.indptr, old)]
     before = before[before >= n_old] - n_old
     ci, cj, _ = candidates
     mark = np.zeros(n_c, bool)
     mark[touched] = True
     clue_edges = _clue_edges(candidates, config, n_c, sets.unique(np.concatenate([touched, before, cj[mark[ci]]])))
-    after = clue_edges.indices[_ranges(clue_edges.indptr[touched], clue_edges.indptr[touched + 1])]
+    after = clue_edges.indices[_entries(clue_edges.indptr, touched)]
     return sets.unique(np.concatenate([touched, before, after])), clue_edges
 
 
@@ -809,13 +809,13 @@ def _clue_rows(n: int, sizes: np.ndarray, clue_edges: sp.csr_matrix, by_clue: np
     ``assemble`` makes them) of a graph of ``n`` utterances: each clue's members (ascending; ``by_clue`` holds the
     members of each clue in turn, ``sizes`` (int64) how many), then its clue–clue edges (``clue_edges``: the
     symmetric clue–clue matrix)."""
-    starts, ends = np.cumsum(sizes) - sizes, np.cumsum(sizes)
-    counts, edge_counts = sizes[which], np.diff(clue_edges.indptr)[which]
+    starts = np.cumsum(sizes) - sizes
+    counts, edge_counts = sizes[which], clue_edges.indptr[which + 1] - clue_edges.indptr[which]
     indptr = np.concatenate([[0], np.cumsum(counts + edge_counts)])
     indices, data = np.empty(indptr[-1], np.int64), np.empty(indptr[-1], np.float32)
-    members = _ranges(indptr[:-1], indptr[:-1] + counts)
-    indices[members], data[members] = by_clue[_ranges(starts[which], ends[which])], 1.0
-    edges = _ranges(indptr[:-1] + counts, indptr[1:])
-    at = _ranges(clue_edges.indptr[which], clue_edges.indptr[which + 1])
+    members = spans(indptr[:-1], counts)
+    indices[members], data[members] = by_clue[spans(starts[which], counts)], 1.0
+    edges = spans(indptr[:-1] + counts, edge_counts)
+    at = _entries(clue_edges.indptr, which)
     indices[edges], data[edges] = n + clue_edges.indices[at], clue_edges.data[at]
     return indptr, indices, data
