@@ -118,12 +118,12 @@ class Backend:
 
     def cosines(self, x, q):
         """(len(q), len(x)) float32 ``q @ x.T``. On the CPU each question's row is the same bits in any batch
-        (``block_cosines``' kernel: BLAS picks its kernels by the shape, so a question's last bits, and with them its
+        (``all_cosines``' kernel: BLAS picks its kernels by the shape, so a question's last bits, and with them its
         near ties, moved with the batch it came in); on the device cuBLAS's product."""
         if self.name == "cpu":
-            from .kernels.pair_cosines import block_cosines
+            from .kernels.pair_cosines import all_cosines
 
-            return block_cosines(x, q, np.arange(len(q)), np.arange(len(x)))
+            return all_cosines(x, q)
         return q @ x.T
 
     def list_cosines(self, x, q, order, lo, hi, first, pair_b, pair_at, counts):

@@ -108,9 +108,9 @@ def test_a_library_missing_a_symbol_is_refused_with_its_path(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("pool", [True, False])
-def test_pair_and_block_cosines_equal_the_products_on_the_cpu_and_pairs_in_the_device_form(pool, monkeypatch):
+def test_pair_and_all_cosines_equal_the_products_on_the_cpu_and_pairs_in_the_device_form(pool, monkeypatch):
     """The CPU kernels (rows on the thread pool and in this thread) and the device forms (run here on numpy arrays)
-    give each pair's dot product, in any order of pairs, and a block of questions' products with rows."""
+    give each pair's dot product, in any order of pairs, and some questions' products with every row."""
     import dataclasses
 
     from assomem_gpu.backend import get_backend
@@ -129,31 +129,33 @@ def test_pair_and_block_cosines_equal_the_products_on_the_cpu_and_pairs_in_the_d
         assert got.dtype == np.float32 and got.shape == (3000,)
         assert np.allclose(got, want, rtol=0, atol=2e-4)
         assert len(backend.pair_cosines(vectors, q, questions[:0], rows[:0])) == 0
-    part, some = np.array([3, 0, 6]), rng.integers(0, 500, size=900)
-    block = pair_cosines.block_cosines(vectors, q, part, some)
-    assert block.shape == (3, 900) and np.allclose(block, q[part].astype(np.float64) @ vectors[some].T, atol=2e-4)
+    part = np.array([3, 0, 6])
+    every = pair_cosines.all_cosines(vectors, q[part])
+    assert every.shape == (3, 500) and np.allclose(every, q[part].astype(np.float64) @ vectors.T, atol=2e-4)
+    assert pair_cosines.all_cosines(vectors, q[:0]).shape == (0, 500)
 
 
 def test_a_cosine_is_the_same_bits_from_every_cpu_kernel_in_any_batch():
-    """The CPU kernels compute four questions' cosines in one pass over a row and the rest one at a time: the pair,
-    block and probed-list kernels give a question's cosine to a row to the bit, alone or in a batch, in a group of
-    four or not (so a question's hits do not depend on its batch, and a probed cosine read equals one computed)."""
+    """The pair, every-row and probed-list kernels give a question's cosine to a row to the bit, alone or in a batch
+    of any size (so a question's hits do not depend on its batch, and a probed cosine read equals one computed)."""
     from assomem_gpu import ivf
     from assomem_gpu.backend import get_backend
-    from assomem_gpu.kernels.pair_cosines import block_cosines
+    from assomem_gpu.kernels.pair_cosines import all_cosines
 
     cpu = get_backend("cpu")
     rng = np.random.default_rng(1)
-    x = rng.normal(size=(400, 384)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    q = rng.normal(size=(9, 384)).astype(np.float32)
-    rows = rng.integers(0, 400, size=50)
-    for size in range(1, 10):
-        part = rng.permutation(9)[:size]
-        block = block_cosines(x, q, part, rows)
-        for i, b in enumerate(part):
-            assert np.array_equal(block[i], cpu.pair_cosines(x, q, np.full(len(rows), b), rows))
-            assert np.array_equal(block[i], block_cosines(x, q, np.array([b]), rows)[0])
+    for dim in (383, 384):  # a width that leaves a remainder past the vector lanes, and the encoder's
+        x = rng.normal(size=(400, dim)).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        q = rng.normal(size=(9, dim)).astype(np.float32)
+        for size in range(1, 10):
+            part = rng.permutation(9)[:size]
+            every = all_cosines(x, q[part])
+            for i, b in enumerate(part):
+                assert np.array_equal(every[i], cpu.pair_cosines(x, q, np.full(len(x), b), np.arange(len(x))))
+                assert np.array_equal(every[i], all_cosines(x, q[b : b + 1])[0])
+    with pytest.raises(ValueError, match="wide"):
+        all_cosines(x, q[:, :100])
     book = ivf.train(x, 20)
     order, bounds = ivf.members(ivf.probes(book, x, 2), book.n_lists)
     lists = ivf.probes(book, q, 6)
@@ -171,7 +173,7 @@ def test_every_cosine_and_fusion_weight_of_a_question_is_the_same_bits_in_any_ba
     relevance, the clue scores and the fusion weights now give each question the same bits alone or in a batch."""
     from assomem_gpu.backend import get_backend
     from assomem_gpu.fusion import FusionModel
-    from assomem_gpu.kernels.pair_cosines import block_cosines
+    from assomem_gpu.kernels.pair_cosines import all_cosines
 
     cpu = get_backend("cpu")
     rng = np.random.default_rng(2)
@@ -181,7 +183,7 @@ def test_every_cosine_and_fusion_weight_of_a_question_is_the_same_bits_in_any_ba
     assert batch.shape == (37, 300) and np.allclose(batch, q @ x.T, atol=1e-4)
     for b in range(37):
         assert np.array_equal(batch[b], cpu.cosines(x, q[b : b + 1])[0])
-        assert np.array_equal(batch[b], block_cosines(x, q, np.array([b]), np.arange(300))[0])
+        assert np.array_equal(batch[b], all_cosines(x, q[b : b + 1])[0])
     model = FusionModel(["a", "b", "c"], ["t1", "t2", "t3", "t4"], rng.random((4, 3)), 0.05,
                         rng.normal(size=(4, 384)).astype(np.float32), rng.normal(size=4).astype(np.float32))
     active = rng.random((37, 3)) < 0.8
@@ -244,7 +246,7 @@ def test_zscore_kernel_is_the_array_expressions_bits(pool, monkeypatch):
 
 
 @pytest.mark.parametrize("module", ["ppr_cpu", "fused_topk", "csr_splice", "pair_select", "segments",
-                                    "pair_cosines", "row_lists", "local_ppr", "zscore", "neighbours"])
+                                    "pair_cosines", "row_lists", "local_ppr", "zscore", "neighbours", "bm25_top"])
 def test_cpu_kernels_release_the_interpreter_lock(module):
     """A search's kernels run in a worker thread of the service: holding the GIL, they would stall its event loop
     (and every other search) for as long as they run."""

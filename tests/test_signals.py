@@ -251,9 +251,15 @@ def test_bm25_after_removals_equals_an_index_of_the_texts_left_and_keeps_no_trac
     assert not index._indices._buf[index._indices.n :].any() and not index._data._buf[index._data.n :].any()
 
 
-def test_bm25_top_is_the_best_of_the_scores_within_the_allowed_texts_and_follows_writes():
+@pytest.mark.parametrize("pool", [True, False])
+def test_bm25_top_is_the_best_of_the_scores_within_the_allowed_texts_and_follows_writes(pool, monkeypatch):
+    """The kernel's scores are the bits of the dense product's (ties included), on the thread pool and in this
+    thread."""
+    from assomem_gpu.kernels import bm25_top
     from assomem_gpu.retrieve import top_k
     from assomem_gpu.signals.lexical import BM25Index
+
+    monkeypatch.setattr(bm25_top, "PARALLEL_POSTINGS", 0 if pool else 10**9)
 
     rng = np.random.default_rng(0)
     words = ["zebra", "mill", "tea", "apple", "walrus", "may", "river", "stone", "quixotic", "lamp"]
@@ -426,3 +432,22 @@ def test_lexical_context_is_the_bm25_score_of_the_turn_before_in_the_same_sessio
     read = lexical_context_scores(counted, at, session, np, np.take_along_axis(scores, at, axis=1))
     assert np.array_equal(read, plain) and (plain > 0).sum() >= 3
     assert len(asked) == 1 and sorted(asked[0].tolist()) == [5, 7]  # 6's and 8's turns before: not among the rows
+
+
+def test_bm25_top_keeps_ties_to_the_lower_text_positive_scores_and_refuses_a_mask_of_another_shape():
+    from assomem_gpu.kernels.bm25_top import bm25_top
+
+    # one query, two terms; postings (CSC by term): term 0 in texts 1, 2; term 1 in texts 0, 2, 3 (text 1 is scored
+    # before text 0)
+    p_indptr, p_indices = np.array([0, 2, 5]), np.array([1, 2, 0, 2, 3])
+    p_data = np.array([1, 1, 1, 1, 2], np.float32)
+    lengths = np.array([1.0, 1.0, 2.0, 2.0])
+    args = (np.array([0, 2]), np.array([0, 1]), np.array([1.0, 1.0]), np.array([0.5, 0.5]), p_indptr, p_indices,
+            p_data, lengths, 1.5, 0.75, 1.5)
+    # text 2 holds both terms; text 3 term 1 twice; texts 0 and 1 one term once at the same length: a tie
+    assert bm25_top(*args, 5).tolist() == [[2, 3, 0, 1, -1]]  # the lower text first; the fifth place empty
+    idf_zero = args[:3] + (np.array([0.5, 0.0]),) + args[4:]
+    assert bm25_top(*idf_zero, 5).tolist() == [[1, 2, -1, -1, -1]]  # a zero score is not a hit
+    assert bm25_top(*args, 5, np.array([[True, False, False, True]])).tolist() == [[3, 0, -1, -1, -1]]
+    with pytest.raises(ValueError, match="allowed"):
+        bm25_top(*args, 2, np.ones((1, 3), bool))

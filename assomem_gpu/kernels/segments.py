@@ -11,8 +11,6 @@ cache keys a function by its name and line, not by ``parallel``.
 where numpy's key arrays, masks and ``maximum.at`` took ~0.25 ms a question (256 questions × 12,800 probed members).
 ``row_top``: each row's ``k`` best entries of a dense matrix (a question's most similar utterances, its best clues)
 in one pass and a list of ``k``, where numpy's partition of every row took 17 ms for 256 rows of 8,000.
-``sparse_row_top``: each row's ``n`` best entries of a CSR matrix (a question's best texts by BM25), where a sort of
-every nonzero took ~10 ms.
 ``row_matches``: the nonzeros of CSR rows whose column is among their question's sorted keys (a candidate's terms
 that its question holds), where gathering every nonzero of every candidate's row took ~20 ms.
 """
@@ -144,47 +142,6 @@ def row_top(scores: np.ndarray, k: int) -> np.ndarray:
     out = np.empty((scores.shape[0], k), np.int64)
     if k and len(out):
         _drive(_row_top_parallel, _row_top_serial, len(out), np.ascontiguousarray(scores), out)
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _top_row(r, indptr, indices, data, allowed, use_allowed, out):
-    n = out.shape[1]
-    top_s = np.full(n, -np.inf)
-    top_i = np.full(n, -1, np.int64)
-    for j in range(indptr[r], indptr[r + 1]):
-        score = data[j]
-        if score > 0 and (not use_allowed or allowed[r, indices[j]]):
-            _insert_cpu(top_s, top_i, n, score, indices[j])
-    for j in range(n):
-        out[r, j] = top_i[j]
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _sparse_row_top_parallel(indptr, indices, data, allowed, use_allowed, out):
-    for r in prange(out.shape[0]):
-        _top_row(r, indptr, indices, data, allowed, use_allowed, out)
-
-
-@njit(cache=True, nogil=True)
-def _sparse_row_top_serial(indptr, indices, data, allowed, use_allowed, out):
-    for r in range(out.shape[0]):
-        _top_row(r, indptr, indices, data, allowed, use_allowed, out)
-
-
-def sparse_row_top(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n: int,
-                   allowed: np.ndarray | None = None) -> np.ndarray:
-    """(rows, n) int64: per row of a CSR matrix (``indptr``, ``indices``, ``data`` float32; no column twice in a row),
-    the columns of its ``n`` best entries, highest value first, ties to the lower column; only values above 0 and,
-    with ``allowed`` (rows, columns) bool, allowed columns; -1 past them."""
-    out = np.full((len(indptr) - 1, n), -1, np.int64)
-    if allowed is not None and (np.ndim(allowed) != 2 or len(allowed) != len(out)
-                                or (len(indices) and np.shape(allowed)[1] <= int(np.max(indices)))):
-        raise ValueError(f"allowed: must be (rows, columns) with a column for every index, got {np.shape(allowed)}")
-    if n and len(out):
-        mask = np.zeros((1, 1), np.bool_) if allowed is None else np.asarray(allowed, np.bool_)
-        _drive(_sparse_row_top_parallel, _sparse_row_top_serial, len(out), np.asarray(indptr, np.int64),
-               np.asarray(indices, np.int64), np.asarray(data, np.float32), mask, allowed is not None, out)
     return out
 
 

@@ -51,7 +51,8 @@ class BM25Index:
         self._df = Rows(dtype=np.float64)  # per term: the texts holding it
         self._lengths = Rows(dtype=np.float64)  # per text: its tokens
         self.total_length = 0.0  # integer-valued, so exact whatever the order of writes
-        self._postings: sp.csc_matrix | None = None  # the counts by term (``top`` reads them), made on first use
+        # the counts by term (``top`` reads them: CSC indptr and indices int64, counts float32), made on first use
+        self._postings: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._postings_lock = threading.Lock()  # concurrent searches after a write make them once
         self.add(texts)
 
@@ -158,11 +159,20 @@ class BM25Index:
 
     def weights_of(self, tf, df, lengths, xp=np):
         """What one occurrence of a term in a query adds to the score of a text of length ``lengths`` that holds it
-        ``tf`` times, the term being in ``df`` texts (float64 arrays of one shape, on ``xp``)."""
+        ``tf`` times, the term being in ``df`` texts (float64 arrays of one shape, on ``xp``). ``kernels/bm25_top.py``
+        repeats these operations in this order: change both."""
+        return self.idf_of(df, xp) * tf / (tf + self.K1 * (1 - self.B + self.B * lengths / self.mean_length))
+
+    def idf_of(self, df, xp=np):
+        """BM25's inverse document frequency of terms that ``df`` texts hold (float64, on ``xp``)."""
         n = self._indptr.n - 1
-        mean = self.total_length / n if n and self.total_length > 0 else 1.0
-        idf = xp.log(1 + (n - df + 0.5) / (df + 0.5))
-        return idf * tf / (tf + self.K1 * (1 - self.B + self.B * lengths / mean))
+        return xp.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    @property
+    def mean_length(self) -> float:
+        """Tokens per text (1.0 for an index without tokens)."""
+        n = self._indptr.n - 1
+        return self.total_length / n if n and self.total_length > 0 else 1.0
 
     @property
     def weights(self) -> sp.csr_matrix:
@@ -193,8 +203,7 @@ class BM25Index:
         texts; ``terms``: ``query_terms(queries)`` when already made.
 
         Reads only the postings of the queries' terms (the counts by term, made once after each write), so a query
-        costs what its terms' texts hold, not the whole index; the best are picked row by row
-        (``kernels.segments.sparse_row_top``), not sorted."""
+        costs what its terms' texts hold, plus scratch arrays over the texts per thread (``kernels/bm25_top.py``)."""
         width = max(min(n, self._indptr.n - 1), 0)  # no wider than the texts
         keys, times = self.query_terms(queries) if terms is None else terms
         if not len(keys) or width == 0:
@@ -203,18 +212,16 @@ class BM25Index:
         if post is None:
             with self._postings_lock:
                 if self._postings is None:
-                    self._postings = self.counts.tocsc()
+                    by_term = self.counts.tocsc()
+                    self._postings = (by_term.indptr.astype(np.int64), by_term.indices.astype(np.int64),
+                                      by_term.data)
                 post = self._postings
         q, term = divmod(keys, max(len(self.vocab), 1))
-        used, col = np.unique(term, return_inverse=True)  # the batch's terms, and each key's among them
-        sub = post[:, used]  # their postings (texts × the batch's terms, CSC)
-        w = self.weights_of(sub.data.astype(np.float64), self._df.view[np.repeat(used, np.diff(sub.indptr))],
-                            self._lengths.view[sub.indices])
-        by_term = sp.csr_matrix((w, sub.indices, sub.indptr), shape=(len(used), sub.shape[0]))
-        s = (sp.csr_matrix((times, (q, col)), shape=(len(queries), len(used))) @ by_term).tocsr()
-        from ..kernels.segments import sparse_row_top  # Numba loads on the first search, not on import
+        from ..kernels.bm25_top import bm25_top  # Numba loads on the first search, not on import
 
-        return sparse_row_top(s.indptr, s.indices, s.data.astype(np.float32), width, allowed)
+        return bm25_top(np.searchsorted(q, np.arange(len(queries) + 1)), term, times,
+                        self.idf_of(self._df.view[term]), *post, self._lengths.view, self.K1, self.B,
+                        self.mean_length, width, allowed)
 
     def to_arrays(self) -> tuple[list[str], dict[str, np.ndarray]]:
         """The vocabulary (term of each column) and the term-count CSR arrays, for ``from_arrays``."""
