@@ -1,5 +1,5 @@
-"""How far the fusion's weights are from the best the signals allow: the eval CLI's cross-validated fusion beside the
-best single set of weights for all questions that a search finds on the very questions it is scored on (an
+"""The fusion's weights beside the best fixed weighting a search finds: the eval CLI's cross-validated fusion, and the
+best single set of weights for all questions that a local search finds on the very questions it is scored on (an
 optimistic figure for what one weighting of these candidates and signals can do; not a setting to ship).
 
     python benchmarks/fusion_headroom.py --dataset SPEC [--haystack-sessions N --limit N] [--output FILE.json]
