@@ -36,13 +36,15 @@ def best_fixed(data, method, questions, feats, signals) -> tuple[dict[str, float
     scored = [q for q in questions if len(data.dataset.questions[q].evidence)]
     q_emb = data.questions[scored]
 
-    def score(w: np.ndarray) -> tuple:
+    def ranked(w: np.ndarray) -> dict[str, float]:
         out = fuse([feats[q] for q in scored], q_emb, fixed(w, signals), temperature, max(KS), backend)
-        r = recall(dict(zip(scored, [x.rows for x in out])), data.dataset, scored)
+        return recall(dict(zip(scored, [x.rows for x in out])), data.dataset, scored)
+
+    def key(r: dict[str, float]) -> tuple:
         return r["R@10"], r["R@6"], r["R@3"], r["R@1"]
 
     w = np.ones(len(signals))
-    best = score(w)
+    best = ranked(w)
     for _ in range(ROUNDS):
         moved = False
         for s in range(len(signals)):
@@ -51,13 +53,12 @@ def best_fixed(data, method, questions, feats, signals) -> tuple[dict[str, float
                 trial[s] = v
                 if v == w[s] or not trial.any():
                     continue
-                got = score(trial)
-                if got > best:
+                got = ranked(trial)
+                if key(got) > key(best):
                     best, w, moved = got, trial, True
         if not moved:
             break
-    out = fuse([feats[q] for q in scored], q_emb, fixed(w, signals), temperature, max(KS), backend)
-    return recall(dict(zip(scored, [x.rows for x in out])), data.dataset, scored), (w / w.sum()).round(4).tolist()
+    return best, (w / w.sum()).round(4).tolist()
 
 
 def main() -> int:
