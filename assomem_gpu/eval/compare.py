@@ -134,7 +134,7 @@ def _print(result: dict[str, dict[str, Paired]], args: argparse.Namespace) -> No
             out.add_column(col, justify="left" if col == first else "right")
         for name, x in rows:
             out.add_row(name, f"{x.a:.2f}", f"{x.b:.2f}", f"{x.diff:+.2f}", f"{x.low:+.2f} … {x.high:+.2f}",
-                        f"{x.better}/{x.worse}/{x.same}", f"{x.p:.3f}")
+                        f"{x.better}/{x.worse}/{x.same}", f"{x.p:.3f}" if x.p >= 0.001 else "<0.001")
         return out
 
     console = Console(width=None if Console().is_terminal else 160)  # (as the eval report: a log keeps its rows)
