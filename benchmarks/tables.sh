@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the README results tables: every method and ablation on MeetingQA and the LongMemEval_S dev split
-# (cross-validated), and LongMemEval grown to 2,500 sessions per question (seeded 60-question subset).
+# (cross-validated), and LongMemEval grown to 2,500 sessions per question (seeded 60-question subset, and all questions
+# for the paired comparisons: AssoMem against BM25 and flat-dense, --no-clues against AssoMem, on every set).
 # Writes benchmarks/results/*.json and benchmarks/results/plots/*/*.png. Needs ../shared/data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,14 +9,26 @@ OUT=benchmarks/results
 MQA=meetingqa:../shared/data/meetingqa/meeting_qa_raw.json
 LME=longmemeval:../shared/data/longmemeval/longmemeval_s_dev.json.gz
 METHODS=flat-dense,bm25,session-flat,session-utterance,session-summary,topic-grouping,assomem
+RANKS=$(mktemp -d)  # the ranking exports the comparisons read (not kept)
+trap 'rm -rf "$RANKS"' EXIT
 run() { python -m assomem_gpu.eval --quiet "$@"; }
+compare() {  # compare SET A B DATASET-OPTIONS...: B against A, question by question
+  local set=$1 a=$2 b=$3
+  shift 3
+  python -m assomem_gpu.eval.compare "$@" "$RANKS/$set.$a.jsonl" "$RANKS/$set.$b.jsonl" \
+      --output "$OUT/compare_${set}_${a}_vs_${b}.json" > /dev/null
+}
 for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
   set -- $pair
-  run --dataset "$2" --method "$METHODS" --output "$OUT/$1_methods.json" --plot "$OUT/plots/$1"
+  run --dataset "$2" --method "$METHODS" --output "$OUT/$1_methods.json" --plot "$OUT/plots/$1" \
+      --rankings "$RANKS/$1.jsonl"
   for ablation in no-temporal no-importance no-lexical no-context no-session no-lexical-context no-clues fixed-weights \
       no-sentences; do
-    run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json"
+    run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json" \
+        --rankings "$RANKS/$1.$ablation.jsonl"
   done
+  compare "$1" bm25 assomem --dataset "$2"
+  compare "$1" assomem no-clues --dataset "$2"
   run --dataset "$2" --method assomem --lexical-pool 0 --output "$OUT/$1_no-lexical-pool.json"
   run --dataset "$2" --method assomem --dense-pool 0 --output "$OUT/$1_no-dense-pool.json"
   run --dataset "$2" --method assomem --clue-merge components --output "$OUT/$1_components.json"
@@ -27,6 +40,15 @@ for ablation in "lexical-pool 0:no-lexical-pool" "dense-pool 0:no-dense-pool" "c
   run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method assomem --${ablation%%:*} \
       --output "$OUT/longmemeval_l2500_${ablation##*:}.json"
 done
+# all questions at 2,500 sessions, for the paired comparisons (about 20 and 11 minutes)
+L2500=(--dataset "$LME" --haystack-sessions 2500)
+run "${L2500[@]}" --method assomem,bm25,flat-dense --rankings "$RANKS/l2500_all.jsonl" \
+    --output "$OUT/longmemeval_l2500_all_methods.json"
+run "${L2500[@]}" --method assomem --no-clues --rankings "$RANKS/l2500_all.no-clues.jsonl" \
+    --output "$OUT/longmemeval_l2500_all_no-clues.json"
+compare l2500_all bm25 assomem "${L2500[@]}"
+compare l2500_all flat-dense assomem "${L2500[@]}"
+compare l2500_all assomem no-clues "${L2500[@]}"
 # the shipped fusion weights (assomem_gpu/weights/README.md) applied to MeetingQA, which they never saw
 run --dataset "$MQA" --method assomem --weights assomem_gpu/weights/default.json \
     --output "$OUT/meetingqa_assomem_shipped_weights.json"

@@ -114,6 +114,15 @@ def test_read_rankings_checks_every_line(tmp_path, lme_file):
     path.write_text(json.dumps({"question_id": "q1", "ranked": []}))
     with pytest.raises(ValueError, match="no ranking for question 'q2'"):
         read_rankings(path, ds)
+    one = ds.bank.utt_ids[0]
+    for line, message in (({"question_id": "q1", "ranked": None}, "r.jsonl:1: ranked: expected a list"),
+                          ({"question_id": "q1", "ranked": one}, "r.jsonl:1: ranked: expected a list"),
+                          ({"question_id": "q1", "ranked": [one, 3]}, "r.jsonl:1: ranked: expected a list"),
+                          ({"question_id": ["q1"], "ranked": []}, "r.jsonl:1: question_id: expected a string"),
+                          ({"question_id": "q1", "ranked": [one, one]}, "r.jsonl:1: ranked: an utterance is ranked twice")):
+        path.write_text(json.dumps(line))
+        with pytest.raises(ValueError, match=message):
+            read_rankings(path, ds)
 
 
 class CountingLLM:

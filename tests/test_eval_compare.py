@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from assomem_gpu.eval.__main__ import main as eval_main
-from assomem_gpu.eval.compare import main, paired
+from assomem_gpu.eval.compare import compare, main, paired, resampled
+from assomem_gpu.data import load_dataset
 
 
 def write_ranks(path, ranked: dict[str, list[str]]):
@@ -20,12 +21,16 @@ def test_paired_counts_interval_and_sign_test():
     assert x.p == pytest.approx(2 / 2**6)  # six wins of six that differ: 2 · (1/2)^6
     assert 0 < x.low <= x.diff <= x.high <= 100
     back = paired(b, a)  # B and A swapped: the difference and its interval mirror, wins become losses
-    assert (back.better, back.worse, back.diff, back.low, back.high, back.p) == (0, 6, -x.diff, -x.high, -x.low, x.p)
+    assert (back.better, back.worse, back.p) == (0, 6, x.p)
+    assert (back.diff, back.low, back.high) == pytest.approx((-x.diff, -x.high, -x.low))
     same = paired(a, a)
     assert (same.diff, same.low, same.high, same.p, same.same) == (0, 0, 0, 1.0, 7)
     assert paired(a, b) == x  # seeded: the same interval every run
     with pytest.raises(ValueError, match="a and b"):
         paired(a, b[:3])
+    with pytest.raises(ValueError, match="draws: resamples of 7 questions"):
+        paired(a, b, resampled(5))
+    assert paired(a, b, resampled(7)) == x  # the default resamples: 10,000, seed 0
 
 
 def test_cli_compares_two_exports_per_metric_and_type(tmp_path, jsonl_file, capsys):
@@ -74,5 +79,14 @@ def test_exports_that_do_not_fit_the_dataset_are_clear_errors(tmp_path, jsonl_fi
         assert main(["--dataset", f"jsonl:{jsonl_file}", good, other, "--output", str(out)]) == 2
         err = capsys.readouterr().err
         assert message in err and "error:" in err and not out.exists()
-    with pytest.raises(SystemExit):
-        main(["--dataset", f"jsonl:{jsonl_file}", good, good, "--resamples", "0"])
+    out = tmp_path / "never.json"
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"question_id": "q1", "ranked": "s1:0"}) + "\n")
+    assert main(["--dataset", f"jsonl:{jsonl_file}", good, str(tmp_path / "bad.jsonl"), "--output", str(out)]) == 2
+    assert "bad.jsonl:1: ranked: expected a list" in capsys.readouterr().err and not out.exists()
+    for flag in (["--resamples", "0"], ["--k", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["--dataset", f"jsonl:{jsonl_file}", good, good, *flag])
+        assert exc.value.code == 2
+    ds = load_dataset(f"jsonl:{jsonl_file}")
+    with pytest.raises(ValueError, match="b: one ranking per question of the dataset"):
+        compare(ds, [np.zeros(0, np.int64)] * 4, [np.zeros(0, np.int64)] * 3)

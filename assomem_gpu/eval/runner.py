@@ -100,7 +100,8 @@ def write_rankings(path: str | Path, data: EmbeddedDataset, rankings: Sequence[n
 def read_rankings(path: str | Path, ds: Dataset) -> list[np.ndarray]:
     """The rankings of ``ds``'s questions from a ranking export (JSON Lines of ``{"question_id", "ranked"}``, as
     ``python -m assomem_gpu.eval --rankings`` writes): bank rows, best first. Every question needs a line (lines of
-    other questions are skipped); ids the bank does not hold are an error naming the line."""
+    other questions are skipped); a ``question_id`` that is not a string, a ``ranked`` that is not a list of distinct
+    utterance ids, or ids the bank does not hold are an error naming the line and the field."""
     row_of = {u: i for i, u in enumerate(ds.bank.utt_ids)}
     wanted = {q.id for q in ds.questions}
     found: dict[str, np.ndarray] = {}
@@ -113,11 +114,17 @@ def read_rankings(path: str | Path, ds: Dataset) -> list[np.ndarray]:
                 qid, ranked = obj["question_id"], obj["ranked"]
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{n}: not a ranking line ({exc})") from None
+            if not isinstance(qid, str):
+                raise ValueError(f"{path}:{n}: question_id: expected a string, got {type(qid).__name__}")
+            if not isinstance(ranked, list) or not all(isinstance(u, str) for u in ranked):
+                raise ValueError(f"{path}:{n}: ranked: expected a list of utterance id strings")
             if qid not in wanted:  # a question left out of ``ds`` (a sample, a held-out side)
                 continue
             unknown = [u for u in ranked if u not in row_of]
             if unknown:
                 raise ValueError(f"{path}:{n}: ranked: utterance {unknown[0]!r} is not in the dataset")
+            if len(set(ranked)) != len(ranked):
+                raise ValueError(f"{path}:{n}: ranked: an utterance is ranked twice")
             found[qid] = np.asarray([row_of[u] for u in ranked], np.int64)
     missing = [q.id for q in ds.questions if q.id not in found]
     if missing:
