@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the README results tables: every method and ablation on MeetingQA and the LongMemEval_S dev split
 # (cross-validated), and LongMemEval grown to 2,500 sessions per question (seeded 60-question subset, and all questions
-# for the paired comparisons: AssoMem against BM25 and flat-dense, --no-clues against AssoMem, on every set).
+# for the paired comparisons: AssoMem against BM25 (and flat-dense), each ablation against AssoMem).
 # Writes benchmarks/results/*.json and benchmarks/results/plots/*/*.png. Needs ../shared/data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +26,9 @@ for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
       no-sentences; do
     run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json" \
         --rankings "$RANKS/$1.$ablation.jsonl"
+    compare "$1" assomem "$ablation" --dataset "$2"
   done
   compare "$1" bm25 assomem --dataset "$2"
-  compare "$1" assomem no-clues --dataset "$2"
   run --dataset "$2" --method assomem --lexical-pool 0 --output "$OUT/$1_no-lexical-pool.json"
   run --dataset "$2" --method assomem --dense-pool 0 --output "$OUT/$1_no-dense-pool.json"
   run --dataset "$2" --method assomem --clue-merge components --output "$OUT/$1_components.json"
