@@ -18,6 +18,7 @@ A merged clue's embedding is the normalised mean of its members'.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from . import ivf, sets
 from .ivf import Codebook
 from .memory import MemoryBank
 from .rows import Rows, spans
+from .slotted_csr import SlottedCSR, decode, encode
 
 
 CLUE_MERGES = ("components", "leaders")
@@ -138,27 +140,22 @@ class MemoryGraph:
 
     utt_clue: np.ndarray  # clue of each utterance node (int64)
     clue_emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
-    adjacency: sp.csr_matrix  # (n_nodes, n_nodes) float32, symmetric
+    edges: SlottedCSR  # the symmetric adjacency (float32 weights) and the column-stochastic transition M of eq. 2
+    degree: np.ndarray  # float64 sum of each node's edge weights
     n_speakers: int = 0
     utt_pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # directed top-k similarity pairs, by row
     clues: ClueState | None = None  # what grow_graph / shrink_graph update (kept when the clue nodes are dropped)
     search: UttSearch | None = None  # how the utterance pairs were found (None: all pairs compared)
     by_clue: np.ndarray | None = None  # utterance nodes grouped by clue, in node order (made here when None)
-    degree: np.ndarray | None = None  # float64 sum of each node's edge weights (made here when None)
-    transition: sp.csr_matrix | None = None  # column-stochastic M of eq. 2 (made here when None)
     clue_sizes: np.ndarray | None = None  # int64 utterances of each clue (made here when None)
 
     def __post_init__(self):
         if self.by_clue is None:
             self.by_clue = np.argsort(self.utt_clue, kind="stable")
-        if self.degree is None:
-            self.degree = _row_sums(self.adjacency.indptr, self.adjacency.data)
         if self.clue_sizes is None:
             self.clue_sizes = np.bincount(self.utt_clue, minlength=self.n_clues)
         self.owning = np.flatnonzero(self.clue_sizes > 0)  # clues that own an utterance (a session may have none)
         self.owning_starts = (np.cumsum(self.clue_sizes) - self.clue_sizes)[self.owning]  # where each starts in by_clue
-        if self.transition is None:  # made with the graph: searches only read it
-            self.transition = self._transition()
 
     @property
     def n_utt(self) -> int:
@@ -172,24 +169,39 @@ class MemoryGraph:
     def n_nodes(self) -> int:
         return self.n_utt + self.n_clues + self.n_speakers
 
-    def _transition(self) -> sp.csr_matrix:
-        """Column-stochastic transition matrix M of eq. 2 (a node without edges keeps its mass: a self-loop), with
-        int64 indices (the CPU PPR kernel runs twice as fast on them; device copies take int32): each edge's weight
-        over its column's degree (the adjacency is symmetric: a column's degree is its row's sum)."""
-        adj, deg = self.adjacency, self.degree
-        lonely = np.flatnonzero(deg == 0)
-        if len(lonely):
-            adj = (adj + sp.csr_matrix((np.ones(len(lonely), np.float32), (lonely, lonely)), shape=adj.shape)).tocsr()
-            deg = _row_sums(adj.indptr, adj.data)
-        return _csr(adj.data * (1.0 / deg).astype(np.float32)[adj.indices], adj.indices, adj.indptr, adj.shape)
+    @functools.cached_property
+    def adjacency(self) -> sp.csr_matrix:
+        """The adjacency as scipy CSR (int64 indices), made on first use (a node without edges holds an explicit 0
+        on its diagonal, where the transition keeps its mass)."""
+        return self.edges.csr("data")
+
+    @functools.cached_property
+    def transition(self) -> sp.csr_matrix:
+        """The column-stochastic M of eq. 2 as scipy CSR (int64 indices; device copies take int32), made on first
+        use (the whole-graph PPR reads it; a question's ball reads ``edges`` in place)."""
+        return self.edges.csr("scaled")
 
 
-def _csr(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
-    """A CSR matrix on these arrays, its indices int64 (the CPU PPR kernel runs twice as fast on them; device copies
-    take int32): an adjacency and its transition share them."""
-    m = sp.csr_matrix(shape, dtype=data.dtype)  # set, not passed: the constructor would copy them to int32 first
-    m.data, m.indices, m.indptr = data, indices.astype(np.int64, copy=False), indptr.astype(np.int64, copy=False)
-    return m
+def graph_of(utt_clue: np.ndarray, clue_emb: np.ndarray, adj: sp.csr_matrix, n_speakers: int = 0, utt_pairs=None,
+             clues: ClueState | None = None, search: UttSearch | None = None,
+             by_clue: np.ndarray | None = None) -> MemoryGraph:
+    """The graph on this symmetric adjacency (float32, sorted indices). Its transition holds each edge's weight over
+    its column's degree (the adjacency is symmetric: a column's degree is its row's sum); a node without edges keeps
+    its mass through a self-loop, stored in the adjacency as an explicit 0 (the two share one pattern)."""
+    degree = _row_sums(adj.indptr, adj.data)
+    lonely = np.flatnonzero(degree == 0)
+    pattern, deg = adj, degree
+    if len(lonely):
+        pattern = (adj + sp.csr_matrix((np.ones(len(lonely), np.float32), (lonely, lonely)), shape=adj.shape)).tocsr()
+        pattern.sort_indices()
+        deg = _row_sums(pattern.indptr, pattern.data)
+    scaled = pattern.data * (1.0 / deg).astype(np.float32)[pattern.indices]
+    data = pattern.data.copy()
+    if len(lonely):
+        row = np.repeat(np.arange(adj.shape[0]), np.diff(pattern.indptr))
+        data[(row == pattern.indices) & (degree[row] == 0)] = 0.0
+    edges = SlottedCSR.packed(pattern.indptr, pattern.indices, data, scaled, len(utt_clue))
+    return MemoryGraph(utt_clue, clue_emb, edges, degree, n_speakers, utt_pairs, clues, search, by_clue)
 
 
 def _row_sums(indptr: np.ndarray, data: np.ndarray) -> np.ndarray:
@@ -506,9 +518,8 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
     lost = affected[rows] & keep_utt[cols]  # the kept pairs of the lists searched again
     changed = sets.setxor(new_of[rows[lost]] * n + new_of[cols[lost]], top[0] * n + top[1])
     fresh[changed // n], fresh[changed % n] = True, True
-    adj = g.adjacency
     gone = np.flatnonzero(~keep_utt)
-    near = adj.indices[_entries(adj.indptr, gone)]
+    near = g.edges.nodes(gone)
     near = near[near < len(keep_utt)]
     fresh[new_of[near[keep_utt[near]]]] = True  # rows that had an edge to a removed utterance
     touched = np.zeros(g.n_clues, bool)
@@ -638,9 +649,8 @@ def assemble(bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
         rows.append(idx), cols.append(n_u + n_c + who), vals.append(np.ones(len(idx), np.float32))
     r, c, v = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals).astype(np.float32)
     n = n_u + n_c + n_p
-    adj = _symmetric(r, c, v, n)
-    adj = _csr(adj.data, adj.indices, adj.indptr, adj.shape)
-    return MemoryGraph(utt_clue, clues.emb, adj, n_p, utt_pairs, clues, search, _by_clue(bank, clues.labels))
+    return graph_of(utt_clue, clues.emb, _symmetric(r, c, v, n), n_p, utt_pairs, clues, search,
+                    _by_clue(bank, clues.labels))
 
 
 def _symmetric(r: np.ndarray, c: np.ndarray, v: np.ndarray, n: int) -> sp.csr_matrix:
@@ -676,21 +686,24 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
     (int64) whose members, embedding or candidate pairs changed (None: every clue row is made again).
 
     Fresh utterance rows come from ``_utterance_rows``, fresh clue rows (the touched ones and their clue–clue
-    neighbours before and after) from ``_clue_rows``, and every other row is the old one, its columns renamed
-    (``kernels/csr_splice.py``, which also writes the transition's values: degrees of copied rows are kept).
+    neighbours before and after) from ``_clue_rows``, and every other row is the old one: where no clue was
+    renumbered in an add, left where it lies in the pools, the rows whose transition values change appended with the
+    fresh ones (``_appended``); else copied, its columns renamed (``kernels/csr_splice.py``, which also writes the
+    transition's values: degrees of copied rows are kept).
     """
     n_old, n, n_c = g.n_utt, bank.n_utterances, len(clues.emb)
     if grouped is None:
         utt_clue = np.repeat(clues.labels, np.diff(bank.offset_array))
         grouped = utt_clue, _by_clue(bank, clues.labels), np.bincount(utt_clue, minlength=n_c)
     utt_clue, by_clue, clue_sizes = grouped
-    if utt_map is None:  # an add: no pass over a mask of the old utterances
-        utt_map = kept = np.arange(n_old)
-        kept_degree, same = g.degree[:n_old], n_old  # the first node renumbered: the first clue
+    adding = utt_map is None
+    if adding:  # no pass over a mask of the old utterances: each keeps its node
+        old_of = None
+        kept_degree, same = g.degree[:n_old], n_old
     else:
         kept = np.flatnonzero(utt_map >= 0)
+        old_of = np.concatenate([kept, np.full(n - len(kept), -1)])  # new utterance -> old
         kept_degree, same = g.degree[kept], None
-    old_of = np.concatenate([kept, np.full(n - len(kept), -1)])  # new utterance -> old
     rows_f = np.flatnonzero(fresh)
     u_indptr, u_indices, u_data = _utterance_rows(g, bank, utt_pairs, config, utt_map, old_of, fresh, utt_clue)
     if touched is None:
@@ -701,44 +714,86 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
     f_indptr = np.concatenate([u_indptr, u_indptr[-1] + c_indptr[1:]])
     f_indices, f_data = np.concatenate([u_indices, c_indices]), np.concatenate([u_data, c_data])
     degree = np.empty(n + n_c)
-    degree[: len(kept)], degree[len(kept) : n] = kept_degree, 0.0
+    degree[: len(kept_degree)], degree[len(kept_degree) : n] = kept_degree, 0.0
     if touched is not None:  # no clue renumbered: the clues not fresh keep their degree
         degree[n : n + g.n_clues] = g.degree[n_old : n_old + g.n_clues]
     fresh_degree = _row_sums(f_indptr, f_data)
     degree[rows_f], degree[n + clues_f] = fresh_degree[: len(rows_f)], fresh_degree[len(rows_f) :]
     if (degree == 0).any():  # a lonely node keeps its mass through a self-loop: the full build makes that
         return assemble(bank, utt_pairs, clues, config, search)
-    source = np.concatenate([old_of, n_old + np.arange(n_c)])  # rows not fresh: their old rows
-    source[rows_f] = -1 - np.arange(len(rows_f))
-    source[n + clues_f] = -1 - len(rows_f) - np.arange(len(clues_f))
-    col_map = np.concatenate([utt_map, np.where(clue_map >= 0, n + clue_map, -1)])
-    if same is None:
-        moved = np.flatnonzero(col_map != np.arange(len(col_map)))
-        same = int(moved[0]) if len(moved) else len(col_map)
-    from .kernels.csr_splice import splice  # Numba loads on the first write, not on import
+    f_indices = encode(f_indices, n)
+    written = np.concatenate([rows_f, n + clues_f])
+    edges = _appended(g, n, written, f_indptr, f_indices, f_data, degree) if adding and touched is not None else None
+    if edges is None:
+        if adding:
+            utt_map = np.arange(n_old)
+            old_of = np.concatenate([utt_map, np.full(n - n_old, -1)])
+        source = np.concatenate([old_of, n_old + np.arange(n_c)])  # rows not fresh: their old rows
+        source[written] = -1 - np.arange(len(written))
+        if same is None:
+            moved = np.flatnonzero(utt_map != np.arange(n_old))
+            same = int(moved[0]) if len(moved) else n_old
+        from .kernels.csr_splice import splice  # Numba loads on the first write, not on import
 
-    adj = g.adjacency
-    indptr, indices, data, scaled = splice(adj.indptr, adj.indices, adj.data, source, f_indptr, f_indices, f_data,
-                                           col_map, (1.0 / degree).astype(np.float32), same)
-    shape = (n + n_c, n + n_c)
-    return MemoryGraph(utt_clue, clues.emb, _csr(data, indices, indptr, shape), 0, utt_pairs, clues, search,
-                       by_clue, degree, _csr(scaled, indices, indptr, shape), clue_sizes)
+        old = g.edges
+        indptr, indices, data, scaled = splice(old.start, old.end, old.indices, old.data, source, f_indptr, f_indices,
+                                               f_data, utt_map, clue_map, n, (1.0 / degree).astype(np.float32), same)
+        nnz = int(indptr[-1])
+        edges = SlottedCSR.spliced(indptr, *(Rows.over(x, nnz) for x in (indices, data, scaled)), n)
+    return MemoryGraph(utt_clue, clues.emb, edges, degree, 0, utt_pairs, clues, search, by_clue, clue_sizes)
 
 
-def _utterance_rows(g: MemoryGraph, bank: MemoryBank, utt_pairs, config: GraphConfig, utt_map: np.ndarray,
-                    old_of: np.ndarray, fresh: np.ndarray, utt_clue: np.ndarray):
+GARBAGE_SHARE = 1.0  # an add splices the whole matrix anew (leaving the garbage behind) where the pools would hold
+# more garbage than this share of the rows' entries: amortised, each entry an add writes is copied about once more
+
+
+def _appended(g: MemoryGraph, n: int, written: np.ndarray, f_indptr: np.ndarray, f_indices: np.ndarray,
+              f_data: np.ndarray, degree: np.ndarray) -> SlottedCSR | None:
+    """The rows of the graph after an add that renumbers no clue, ``g``'s rows where they lie but for these appended:
+    the fresh rows (``written``, int64 ascending: their nodes, ``f_indptr`` / stored columns ``f_indices`` /
+    ``f_data`` their entries) and the rows whose transition values change (the neighbours of a node whose degree
+    changed, their entries as they were, rescaled). ``n``: utterances after the add; ``degree``: every node's after
+    it. None where the pools would hold more garbage than ``GARBAGE_SHARE`` of the entries (the caller splices)."""
+    old, n_old = g.edges, g.n_utt
+    old_node = np.where(written < n, written, written - n + n_old)  # each fresh row's node in ``g``
+    existed = np.where(written < n, written < n_old, written - n < g.n_clues)
+    changed = ~existed
+    changed[existed] = degree[written[existed]] != g.degree[old_node[existed]]
+    lengths = np.diff(f_indptr)
+    near = decode(f_indices[spans(f_indptr[:-1][changed], lengths[changed])], n)  # a row holding a changed column
+    rescale = np.setdiff1d(sets.unique(near), written, assume_unique=True)  # is the column's row's neighbour
+    source = np.where(rescale < n, rescale, rescale - n + n_old)  # old rows, copied as they are
+    kept = old.lengths(source)
+    at = spans(old.start[source], kept)
+    indices, data = np.concatenate([f_indices, old.indices[at]]), np.concatenate([f_data, old.data[at]])
+    scaled = data * (1.0 / degree[decode(indices, n)]).astype(np.float32)
+    dropped = int(old.lengths(old_node[existed]).sum()) + len(at)
+    nnz = old.nnz - dropped + len(indices)
+    if old.garbage + dropped > GARBAGE_SHARE * nnz:
+        return None
+    n_c = len(degree) - n
+    start, end = ((np.concatenate([x[:n_old], np.zeros(n - n_old, np.int64), x[n_old:],
+                                   np.zeros(n_c - g.n_clues, np.int64)])) for x in (old.start, old.end))
+    indptr = np.concatenate([f_indptr, f_indptr[-1] + np.cumsum(kept)])
+    return old.appended(start, end, n, np.concatenate([written, rescale]), indptr, indices, data, scaled, nnz)
+
+
+def _utterance_rows(g: MemoryGraph, bank: MemoryBank, utt_pairs, config: GraphConfig, utt_map: np.ndarray | None,
+                    old_of: np.ndarray | None, fresh: np.ndarray, utt_clue: np.ndarray):
     """The rows (CSR: indptr, int64 indices, float32 data) of the ``fresh`` utterances (new numbering), as
     ``assemble`` makes them: their similarity and turn edges, then the ownership edge (clue nodes follow the
     utterances). Made from the directed edges that touch them: the lists of the fresh rows and of their old
-    neighbours (a pair into a fresh row from a row that kept its list is an old edge), and the turns beside them."""
+    neighbours (a pair into a fresh row from a row that kept its list is an old edge), and the turns beside them.
+    ``utt_map`` / ``old_of``: old utterance -> new and new -> old (-1: none); None: an add (each keeps its node)."""
     n_old, n = g.n_utt, bank.n_utterances
     off = bank.offset_array
     rows_f = np.flatnonzero(fresh)
-    was = old_of[rows_f]
+    was = rows_f[rows_f < n_old] if old_of is None else old_of[rows_f]
     was = was[was >= 0]
-    adj = g.adjacency
-    near = adj.indices[_entries(adj.indptr, was)]
-    near = utt_map[near[near < n_old]]
+    near = g.edges.nodes(was)
+    near = near[near < n_old]
+    if utt_map is not None:
+        near = utt_map[near]
     reach = sets.unique(np.concatenate([rows_f, near[near >= 0]]))
     pr, pc, ps = utt_pairs
     lo = np.searchsorted(pr, reach)
@@ -770,9 +825,8 @@ def _changed_clues(g: MemoryGraph, candidates, config: GraphConfig, n_c: int, to
     and the clue–clue matrix with those rows made (``_clue_edges``): only a touched clue's top-k list can change, so
     a clue–clue edge made or lost has a touched end, and its other end is among that clue's neighbours in ``g`` or
     among its candidates (where its new edges are)."""
-    adj, n_old = g.adjacency, g.n_utt
-    old = touched[touched < g.n_clues] + n_old
-    before = adj.indices[_entries(adj.indptr, old)]
+    n_old = g.n_utt
+    before = g.edges.nodes(touched[touched < g.n_clues] + n_old)
     before = before[before >= n_old] - n_old
     ci, cj, _ = candidates
     mark = np.zeros(n_c, bool)

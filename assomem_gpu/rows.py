@@ -33,6 +33,13 @@ class Rows:
         np.compress(mask, data, axis=0, out=rows._buf[: rows.n])
         return rows
 
+    @classmethod
+    def over(cls, buffer: np.ndarray, n: int) -> "Rows":
+        """The first ``n`` rows of ``buffer`` held, the rest its room (not copied: the buffer is the Rows' own)."""
+        rows = cls(buffer.shape[1:], buffer.dtype)
+        rows._buf, rows.n = buffer, n
+        return rows
+
     @property
     def view(self) -> np.ndarray:
         return self._buf[: self.n]

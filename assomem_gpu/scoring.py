@@ -435,12 +435,12 @@ def _ball_importance(g: MemoryGraph, rel: Relevance, at, valid, config: AssoMemC
     host_at, host_valid = backend.to_host(at), backend.to_host(valid)
     seeds = np.ascontiguousarray(host_at[host_valid], np.int64)  # question by question
     seed_ptr = np.concatenate([[0], np.cumsum(host_valid.sum(axis=1))]).astype(np.int64)
-    m, hops = g.transition, config.ppr_hops
-    sizes = ball_sizes(m.indptr, m.indices, seed_ptr, seeds, hops)
+    rows, hops = g.edges, config.ppr_hops
+    sizes = ball_sizes(rows, seed_ptr, seeds, hops)
     if BALL_SHARE * int(sizes.sum()) > len(host_at) * g.n_nodes:
         return None
     ball_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    nodes = ball_nodes(m.indptr, m.indices, seed_ptr, seeds, hops, ball_ptr)
+    nodes = ball_nodes(rows, seed_ptr, seeds, hops, ball_ptr)
     owner = np.repeat(np.arange(len(host_at)), sizes)
     utt = nodes < g.n_utt  # the teleport's nodes: eq. 2's t, as ``teleport`` makes it, on the ball
     cos = backend.to_host(rel.of_pairs(backend.asarray(owner[utt]), backend.asarray(nodes[utt])))
@@ -449,7 +449,7 @@ def _ball_importance(g: MemoryGraph, rel: Relevance, at, valid, config: AssoMemC
     tele = np.zeros(len(nodes), np.float32)
     tele[utt] = clipped
     out = np.zeros(host_at.shape, np.float32)
-    out[host_valid] = ball_ppr(m, config.damping, hops, ball_ptr, nodes, tele, seed_ptr, seeds)
+    out[host_valid] = ball_ppr(rows, config.damping, hops, ball_ptr, nodes, tele, seed_ptr, seeds)
     return backend.asarray(out)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from .clues import clue_embeddings, clue_texts
 from .config import AssoMemConfig
 from .encode import Encoder, prompted
-from .graph import ClueState, MemoryGraph, UttSearch, assemble, build_graph, grow_graph, shrink_graph
+from .graph import ClueState, MemoryGraph, UttSearch, assemble, build_graph, graph_of, grow_graph, shrink_graph
 from .ivf import Codebook
 from .memory import MemoryBank
 from .rows import Rows
@@ -356,5 +356,6 @@ def without_clues(g: MemoryGraph) -> MemoryGraph:
     """The graph with its clue nodes and their edges removed (node order becomes [utterances | speakers])."""
     keep = np.concatenate([np.arange(g.n_utt), g.n_utt + g.n_clues + np.arange(g.n_speakers)])
     adj = g.adjacency[keep][:, keep].tocsr()
-    return MemoryGraph(np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32), adj,
-                       g.n_speakers, g.utt_pairs, g.clues, g.search)
+    adj.eliminate_zeros()  # the full graph's lonely nodes' loops
+    return graph_of(np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32), adj, g.n_speakers,
+                    g.utt_pairs, g.clues, g.search)

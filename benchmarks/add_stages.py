@@ -1,12 +1,15 @@
 """Where an add's time goes: the bench's synthetic memory, adds of 10-utterance sessions each followed by a removal
 (as ``python -m assomem_gpu.bench`` writes), and the wall time of the graph update's stages within the adds.
 
-    python benchmarks/add_stages.py [--sessions 25000] [--adds 30] [--index PATH] [--output FILE.json]
+    python benchmarks/add_stages.py [--sessions 25000] [--adds 30] [--index PATH] [--no-removals] [--output FILE.json]
 
 The memory is built (the bench's default config and synthetic encoder), or loaded from ``--index`` where that file
 exists (else saved there once built); the first three adds (kernels loading) are left out of the figures. Each stage is
 timed around the function named (a stage inside another counts in both); the add itself is the index's ``add_sessions``
-less the encoding. Runs of an engine against another should alternate: this machine's speed drifts by 20% over minutes.
+less the encoding; the median, and the mean, which counts the adds that splice the graph's pools into packed ones
+(``graph._appended``: where they would hold more garbage than rows; with ``--no-removals`` the adds follow one another,
+else each is followed by a removal, which packs them). Runs of an engine against another should alternate: this
+machine's speed drifts by 20% over minutes.
 """
 from __future__ import annotations
 
@@ -28,8 +31,9 @@ from assomem_gpu.fusion import FusionModel
 from assomem_gpu.index import MemoryIndex, Session, Utterance
 from assomem_gpu.kernels import csr_splice
 
-STAGES = ((state, "grow_graph"), (graph, "grow_clue_state"), (graph, "_spliced"), (graph, "_utterance_rows"),
-          (graph, "_clue_rows"), (graph, "_symmetric"), (graph, "select_top"), (graph, "exact_cosines"),
+STAGES = ((state, "grow_graph"), (graph, "grow_clue_state"), (graph, "_spliced"), (graph, "_appended"),
+          (graph, "_utterance_rows"), (graph, "_clue_rows"), (graph, "_symmetric"), (graph, "select_top"),
+          (graph, "exact_cosines"),
           (graph.UttSearch, "grown"), (ivf, "candidate_pairs"), (ivf, "probing_pairs"), (ivf, "probes"),
           (ivf.Probers, "of"), (csr_splice, "splice"))
 WARM = 3  # adds left out: the first ones load the kernels
@@ -40,6 +44,7 @@ def main() -> int:
     p.add_argument("--sessions", type=int, default=25000)
     p.add_argument("--adds", type=int, default=30, help="adds timed, after the first three")
     p.add_argument("--index", help="a saved memory of these sessions: loaded where it exists, else saved there")
+    p.add_argument("--no-removals", action="store_true", help="adds one after another (no removal between)")
     p.add_argument("--output", help="JSON file for the figures")
     args = p.parse_args()
 
@@ -82,10 +87,12 @@ def main() -> int:
         index.add_sessions([session])
         adds.append(1000 * (time.perf_counter() - start - encoder.seconds))
         adding[0] = False
-        index.remove_sessions([ds.bank.session_ids[3 * i + 1]])
+        if not args.no_removals:
+            index.remove_sessions([ds.bank.session_ids[3 * i + 1]])
     by_time = sorted(spent.items(), key=lambda kv: -kv[1])
-    out = {"sessions": args.sessions, "adds": args.adds, "loaded": loaded,
+    out = {"sessions": args.sessions, "adds": args.adds, "loaded": loaded, "removals": not args.no_removals,
            "add_median_ms": round(statistics.median(adds[WARM:]), 2),
+           "add_mean_ms": round(statistics.mean(adds[WARM:]), 2), "add_max_ms": round(max(adds[WARM:]), 2),
            "stage_ms_per_add": {k: round(1000 * v / args.adds, 2) for k, v in by_time}}
     print(json.dumps(out, indent=1))
     if args.output:

@@ -335,20 +335,26 @@ def test_ivf_graph_grown_equals_built_across_codebook_doublings():
                                                 list_size=16, n_probe=3, clue_merge="components")])
 def test_a_graph_grown_and_shrunk_equals_the_build_to_the_bit(config):
     """Each add and each remove splices the old matrices' untouched rows with fresh ones (``graph._spliced``), clue
-    merges and splits included."""
+    merges and splits included: an add that merges no clue appends its rows to the old graph's pools, which keeps
+    its own rows, until the pools hold more garbage than rows and the matrix is spliced into packed pools."""
     from assomem_gpu.graph import grow_graph, shrink_graph
 
     per = 5
     emb, bank = clustered(60, per, seed=3)
     clue = centroid_embeddings(np.arange(0, 60 * per + 1, per), emb)
     g = build_graph(bank(1), emb[:per], clue[:1], config)
-    merged = False
+    merged = appended = packed = False
     for hi in range(2, 61):
-        before = g.n_clues
+        before, old = g.n_clues, g
+        held = old.edges.csr("scaled")
         g = grow_graph(g, bank(hi), emb[: hi * per], clue[:hi], config)
         merged |= g.n_clues < before
+        appended |= np.shares_memory(g.edges.indices, old.edges.indices)
+        packed |= g.edges.garbage == 0 < old.edges.garbage
         assert_same_graph(g, build_graph(bank(hi), emb[: hi * per], clue[:hi], config))
+        assert (old.edges.csr("scaled") != held).nnz == 0  # the graph grown from reads what it held
     assert merged or config.delta > 0.5  # a session joined clues: the clue nodes were renamed
+    assert appended and packed
     rng = np.random.default_rng(4)
     sessions, split = np.arange(60), False
     for drop in (1, 5, 1, 20):
@@ -564,6 +570,55 @@ def test_ivf_probes_do_not_depend_on_the_batch():
     assert ivf.codebook_rows(799, 200) == 400 and ivf.codebook_rows(800, 200) == 800
 
 
+def scattered(m, n_utt):
+    """The scipy CSR ``m`` as a ``SlottedCSR`` of a graph of ``n_utt`` utterances whose rows lie in its pools in
+    reverse order, each after a gap (as rows appended by adds lie)."""
+    from assomem_gpu.slotted_csr import SlottedCSR, encode
+
+    n = m.shape[0]
+    lengths = np.diff(m.indptr).astype(np.int64)
+    start = np.zeros(n, np.int64)
+    start[::-1] = np.cumsum(lengths[::-1] + 1) - lengths[::-1]  # row n-1 first, a garbage entry before each
+    at = np.concatenate([np.arange(s, s + k) for s, k in zip(start, lengths)] + [np.zeros(0, np.int64)])
+    size = int((start + lengths).max(initial=0))
+    pools = np.full(size, -10**9, np.int64), np.full(size, np.nan, np.float32), np.full(size, np.nan, np.float32)
+    pools[0][at], pools[1][at], pools[2][at] = encode(m.indices, n_utt), m.data, m.data
+    return SlottedCSR(start, start + lengths, n_utt, *pools, int(m.nnz))
+
+
+def test_slotted_rows_read_back_as_the_matrix_they_hold():
+    """A matrix's rows, laid anywhere in the pools with clue columns encoded, read back (``csr``, ``nodes``) as it;
+    rows rewritten by ``appended`` hold the new entries, every other row its old ones, and the matrix appended from
+    keeps its own."""
+    import scipy.sparse as sp
+
+    from assomem_gpu.slotted_csr import SlottedCSR, encode
+
+    rng = np.random.default_rng(8)
+    m = sp.random(40, 40, density=0.2, format="csr", random_state=rng, dtype=np.float32)
+    for rows in (scattered(m, 25), SlottedCSR.packed(m.indptr, m.indices, m.data, m.data, 25)):
+        got = rows.csr("data")
+        assert np.array_equal(got.indptr, m.indptr) and np.array_equal(got.indices, m.indices)
+        assert np.array_equal(got.data, m.data) and got.indices.dtype == np.int64
+        assert np.array_equal(rows.nodes(np.array([3, 30, 3])), np.concatenate([m[3].indices, m[30].indices,
+                                                                              m[3].indices]))
+    new = sp.random(3, 41, density=0.3, format="csr", random_state=rng, dtype=np.float32)
+    before = rows.csr("scaled")
+    pool = rows.indices
+    dropped = int(rows.lengths()[[7, 30]].sum())
+    grown = rows.appended(np.append(rows.start, 0), np.append(rows.end, 0), 25, np.array([40, 7, 30]), new.indptr,
+                          encode(new.indices, 25), new.data, 2 * new.data, rows.nnz - dropped + new.nnz)
+    want = np.zeros((41, 41), np.float32)
+    want[:40, :40] = m.toarray()
+    want[[40, 7, 30]] = new.toarray()
+    assert np.array_equal(grown.csr("data").toarray(), want)
+    assert grown.nnz == grown.csr("data").nnz and grown.garbage == rows.garbage + dropped
+    assert np.shares_memory(grown.indices, pool)  # appended in place: the old rows were not copied
+    assert np.array_equal(grown.csr("scaled")[[40, 7, 30]].toarray(), 2 * new.toarray())
+    again = rows.csr("scaled")
+    assert all(np.array_equal(getattr(again, k), getattr(before, k)) for k in ("indptr", "indices", "data"))
+
+
 def test_balls_hold_the_nodes_within_so_many_hops_of_each_questions_seeds():
     import scipy.sparse as sp
 
@@ -572,10 +627,10 @@ def test_balls_hold_the_nodes_within_so_many_hops_of_each_questions_seeds():
     def balls(adj, seeds_of, hops):
         seed_ptr = np.cumsum([0] + [len(s) for s in seeds_of]).astype(np.int64)
         seeds = np.concatenate(seeds_of).astype(np.int64)
-        ip, ix = adj.indptr.astype(np.int64), adj.indices.astype(np.int64)
-        sizes = ball_sizes(ip, ix, seed_ptr, seeds, hops)
+        rows = scattered(adj, adj.shape[0] // 2)
+        sizes = ball_sizes(rows, seed_ptr, seeds, hops)
         ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        nodes = ball_nodes(ip, ix, seed_ptr, seeds, hops, ptr)
+        nodes = ball_nodes(rows, seed_ptr, seeds, hops, ptr)
         return [sorted(nodes[ptr[b]:ptr[b + 1]].tolist()) for b in range(len(seeds_of))]
 
     path = sp.diags([np.ones(5, np.float32), np.ones(5, np.float32)], [1, -1], shape=(6, 6)).tocsr()  # 0-1-2-3-4-5
@@ -822,18 +877,22 @@ def test_probers_hold_the_rows_that_probe_each_list_as_they_grow():
 
 
 def test_spliced_csr_rows_are_the_old_renamed_or_the_fresh_ones():
-    """``csr_splice.splice`` against the matrix put together row by row with scipy: runs of old rows (renamed
-    columns from ``same`` on), fresh rows between and at the ends, an empty row, and runs longer than a piece."""
+    """``csr_splice.splice`` against the matrix put together row by row with scipy: runs of old rows (read from
+    pools where they lie apart; utterance columns renamed from ``same`` on, clue columns by ``clue_map``), fresh rows
+    between and at the ends, an empty row, and runs longer than a piece."""
     import scipy.sparse as sp
 
     from assomem_gpu.kernels import csr_splice
+    from assomem_gpu.slotted_csr import decode, encode
 
     rng = np.random.default_rng(5)
     for n_old, n_new, chunk in ((40, 45, 7), (300, 320, 1 << 15), (6, 8, 1)):  # new nodes for each old one
+        u_old, u_new = 2 * n_old // 3, 2 * n_new // 3  # utterances; the other nodes are clues
         old = sp.random(n_old, n_old, density=0.3, format="csr", random_state=rng, dtype=np.float32)
         old.data[:] = rng.random(old.nnz).astype(np.float32)
         old.data[old.indptr[0] : old.indptr[1]] = 0  # an empty row
         old.eliminate_zeros()
+        slotted = scattered(old, u_old)
         fresh = sp.random(n_new, n_new, density=0.1, format="csr", random_state=rng, dtype=np.float32)
         keep = np.sort(rng.choice(n_old, size=min(n_old, n_new) // 2, replace=False))
         source = np.full(n_new, -1, np.int64)
@@ -841,30 +900,34 @@ def test_spliced_csr_rows_are_the_old_renamed_or_the_fresh_ones():
         source[at] = keep
         gaps = np.flatnonzero(source < 0)
         source[gaps] = -1 - np.arange(len(gaps))
-        same = n_old // 2
-        col_map = np.concatenate([np.arange(same), rng.permutation(np.arange(same, n_new))[: n_old - same]])
+        same = u_old // 2
+        col_map = np.concatenate([np.arange(same), rng.permutation(np.arange(same, u_new))[: u_old - same]])
+        clue_map = rng.permutation(n_new - u_new)[: n_old - u_old]
+        node_map = np.concatenate([col_map, u_new + clue_map])  # old node -> new node
         inv = rng.random(n_new).astype(np.float32)
+        part = fresh[gaps]
         chunk_was, csr_splice.CHUNK = csr_splice.CHUNK, chunk
         try:
-            indptr, indices, data, scaled = csr_splice.splice(old.indptr, old.indices.astype(np.int64), old.data,
-                                                              source, fresh[gaps].indptr, fresh[gaps].indices,
-                                                              fresh[gaps].data, col_map, inv, same)
+            indptr, indices, data, scaled = csr_splice.splice(
+                slotted.start, slotted.end, slotted.indices, slotted.data, source, part.indptr,
+                encode(part.indices, u_new), part.data, col_map, clue_map, u_new, inv, same)
         finally:
             csr_splice.CHUNK = chunk_was
+        assert len(indices) >= 2 * indptr[-1]  # room for as many entries again
         for r in range(n_new):
             s = source[r]
-            row = old[s] if s >= 0 else fresh[gaps[-1 - s]]
-            cols = row.indices.astype(np.int64) if s < 0 else np.where(row.indices >= same, col_map[row.indices],
-                                                                       row.indices)
-            assert np.array_equal(indices[indptr[r] : indptr[r + 1]], cols)
+            row = old[s] if s >= 0 else part[-1 - s]
+            cols = row.indices.astype(np.int64) if s < 0 else node_map[row.indices]
+            got = indices[indptr[r] : indptr[r + 1]]
+            assert np.array_equal(decode(got, u_new), cols) and np.array_equal(got, encode(cols, u_new))
             assert np.array_equal(data[indptr[r] : indptr[r + 1]], row.data)
             assert np.array_equal(scaled[indptr[r] : indptr[r + 1]], row.data * inv[cols])
     widest = int(np.argmax(np.diff(old.indptr)))  # one old row for many: the pieces' room no longer bounds them
     chunk_was, csr_splice.CHUNK = csr_splice.CHUNK, 1
     try:
         with pytest.raises(ValueError, match="source"):
-            csr_splice.splice(old.indptr, old.indices.astype(np.int64), old.data, np.full(old.nnz + 20, widest),
-                              fresh.indptr[:1], fresh.indices[:0], fresh.data[:0], col_map, inv, same)
+            csr_splice.splice(slotted.start, slotted.end, slotted.indices, slotted.data, np.full(old.nnz + 20, widest),
+                              fresh.indptr[:1], fresh.indices[:0], fresh.data[:0], col_map, clue_map, u_new, inv, same)
     finally:
         csr_splice.CHUNK = chunk_was
 

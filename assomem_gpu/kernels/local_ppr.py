@@ -5,10 +5,11 @@ H iterations from r = t give a node values read from nodes at most H hops away, 
 its ball the values H iterations over the whole graph give them (``scoring.importance``). A ball is small: at 25,000
 sessions a question's holds ~2,300 of 253,000 nodes, where 16 questions' joint neighbourhood (on which a batched
 product would run them) holds ~33,000. Each question's ball is found by a breadth-first search and iterated with
-its nodes' rows of the whole transition matrix read in place, a column outside the ball skipped: no sub-matrix is
-copied. A node's sum runs over its row in the matrix's order with ``kernels/ppr_cpu.py``'s arithmetic (float32,
-d folded into each value), so a candidate's value is the same bits as that kernel's on any part of the graph that
-holds the ball (every neighbour of a node that its candidates read lies in the ball).
+its nodes' rows of the whole transition matrix read in place (``slotted_csr.SlottedCSR``: stored clue columns
+decoded as they are read), a column outside the ball skipped: no sub-matrix is copied. A node's sum runs over its
+row in the matrix's order with ``kernels/ppr_cpu.py``'s arithmetic (float32, d folded into each value), so a
+candidate's value is the same bits as that kernel's on any part of the graph that holds the ball (every neighbour of
+a node that its candidates read lies in the ball).
 
 Questions run in a chunk per thread of the pool, each with scratch arrays over the graph's nodes (a node's stamp
 says which question last saw it, so nothing is reset between questions).
@@ -19,13 +20,14 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from ..slotted_csr import SlottedCSR
 from .parallel import drive
 
 PARALLEL_SEEDS = 512  # seeds (candidates) from which the thread pool runs a batch (a launch costs ~80 us)
 
 
 @njit(cache=True, nogil=True)
-def _ball(indptr, indices, seeds, hops, stamp, mark, out):
+def _ball(start, end, indices, n_utt, seeds, hops, stamp, mark, out):
     """The nodes within ``hops`` edges of ``seeds``, breadth first, into ``out``; returns their count. ``stamp[v] ==
     mark`` marks a node seen."""
     n = 0
@@ -39,8 +41,10 @@ def _ball(indptr, indices, seeds, hops, stamp, mark, out):
         hi = n
         for f in range(lo, hi):
             v = out[f]
-            for e in range(indptr[v], indptr[v + 1]):
+            for e in range(start[v], end[v]):
                 u = indices[e]
+                if u < 0:  # a stored clue column (``slotted_csr.encode``)
+                    u = n_utt - 1 - u
                 if stamp[u] != mark:
                     stamp[u] = mark
                     out[n] = u
@@ -52,53 +56,53 @@ def _ball(indptr, indices, seeds, hops, stamp, mark, out):
 
 
 @njit(cache=True, nogil=True)
-def _sizes_chunk(c, n_chunks, indptr, indices, seed_ptr, seeds, hops, sizes):
+def _sizes_chunk(c, n_chunks, start, end, indices, n_utt, seed_ptr, seeds, hops, sizes):
     n_q = len(seed_ptr) - 1
-    stamp = np.zeros(len(indptr) - 1, np.int32)
-    scratch = np.empty(len(indptr) - 1, np.int64)
+    stamp = np.zeros(len(start), np.int32)
+    scratch = np.empty(len(start), np.int64)
     for b in range(c * n_q // n_chunks, (c + 1) * n_q // n_chunks):
-        sizes[b] = _ball(indptr, indices, seeds[seed_ptr[b]:seed_ptr[b + 1]], hops, stamp, b + 1, scratch)
+        sizes[b] = _ball(start, end, indices, n_utt, seeds[seed_ptr[b]:seed_ptr[b + 1]], hops, stamp, b + 1, scratch)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _sizes_parallel(indptr, indices, seed_ptr, seeds, hops, n_chunks, sizes):
+def _sizes_parallel(start, end, indices, n_utt, seed_ptr, seeds, hops, n_chunks, sizes):
     for c in prange(n_chunks):
-        _sizes_chunk(c, n_chunks, indptr, indices, seed_ptr, seeds, hops, sizes)
+        _sizes_chunk(c, n_chunks, start, end, indices, n_utt, seed_ptr, seeds, hops, sizes)
 
 
 @njit(cache=True, nogil=True)
-def _sizes_serial(indptr, indices, seed_ptr, seeds, hops, n_chunks, sizes):
+def _sizes_serial(start, end, indices, n_utt, seed_ptr, seeds, hops, n_chunks, sizes):
     for c in range(n_chunks):
-        _sizes_chunk(c, n_chunks, indptr, indices, seed_ptr, seeds, hops, sizes)
+        _sizes_chunk(c, n_chunks, start, end, indices, n_utt, seed_ptr, seeds, hops, sizes)
 
 
 @njit(cache=True, nogil=True)
-def _nodes_chunk(c, n_chunks, indptr, indices, seed_ptr, seeds, hops, ball_ptr, nodes):
+def _nodes_chunk(c, n_chunks, start, end, indices, n_utt, seed_ptr, seeds, hops, ball_ptr, nodes):
     n_q = len(seed_ptr) - 1
-    stamp = np.zeros(len(indptr) - 1, np.int32)
+    stamp = np.zeros(len(start), np.int32)
     for b in range(c * n_q // n_chunks, (c + 1) * n_q // n_chunks):
-        _ball(indptr, indices, seeds[seed_ptr[b]:seed_ptr[b + 1]], hops, stamp, b + 1,
+        _ball(start, end, indices, n_utt, seeds[seed_ptr[b]:seed_ptr[b + 1]], hops, stamp, b + 1,
               nodes[ball_ptr[b]:ball_ptr[b + 1]])
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _nodes_parallel(indptr, indices, seed_ptr, seeds, hops, n_chunks, ball_ptr, nodes):
+def _nodes_parallel(start, end, indices, n_utt, seed_ptr, seeds, hops, n_chunks, ball_ptr, nodes):
     for c in prange(n_chunks):
-        _nodes_chunk(c, n_chunks, indptr, indices, seed_ptr, seeds, hops, ball_ptr, nodes)
+        _nodes_chunk(c, n_chunks, start, end, indices, n_utt, seed_ptr, seeds, hops, ball_ptr, nodes)
 
 
 @njit(cache=True, nogil=True)
-def _nodes_serial(indptr, indices, seed_ptr, seeds, hops, n_chunks, ball_ptr, nodes):
+def _nodes_serial(start, end, indices, n_utt, seed_ptr, seeds, hops, n_chunks, ball_ptr, nodes):
     for c in range(n_chunks):
-        _nodes_chunk(c, n_chunks, indptr, indices, seed_ptr, seeds, hops, ball_ptr, nodes)
+        _nodes_chunk(c, n_chunks, start, end, indices, n_utt, seed_ptr, seeds, hops, ball_ptr, nodes)
 
 
 @njit(cache=True, nogil=True)
-def _ppr_chunk(c, n_chunks, indptr, indices, values, damping, one_minus_d, hops, ball_ptr, nodes, tele, seed_ptr,
-               seeds, out):
+def _ppr_chunk(c, n_chunks, start, end, indices, n_utt, values, damping, one_minus_d, hops, ball_ptr, nodes, tele,
+               seed_ptr, seeds, out):
     n_q = len(seed_ptr) - 1
-    stamp = np.zeros(len(indptr) - 1, np.int32)
-    local = np.empty(len(indptr) - 1, np.int32)
+    stamp = np.zeros(len(start), np.int32)
+    local = np.empty(len(start), np.int32)
     for b in range(c * n_q // n_chunks, (c + 1) * n_q // n_chunks):
         lo, hi = ball_ptr[b], ball_ptr[b + 1]
         for i in range(lo, hi):
@@ -110,8 +114,10 @@ def _ppr_chunk(c, n_chunks, indptr, indices, values, damping, one_minus_d, hops,
             for i in range(hi - lo):
                 v = nodes[lo + i]
                 acc = one_minus_d * t[i]
-                for p in range(indptr[v], indptr[v + 1]):
+                for p in range(start[v], end[v]):
                     u = indices[p]
+                    if u < 0:
+                        u = n_utt - 1 - u
                     if stamp[u] == b + 1:
                         acc += np.float32(values[p] * damping) * r[local[u]]
                 nxt[i] = acc
@@ -121,19 +127,19 @@ def _ppr_chunk(c, n_chunks, indptr, indices, values, damping, one_minus_d, hops,
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _ppr_parallel(indptr, indices, values, damping, one_minus_d, hops, ball_ptr, nodes, tele, seed_ptr, seeds,
-                  n_chunks, out):
+def _ppr_parallel(start, end, indices, n_utt, values, damping, one_minus_d, hops, ball_ptr, nodes, tele, seed_ptr,
+                  seeds, n_chunks, out):
     for c in prange(n_chunks):
-        _ppr_chunk(c, n_chunks, indptr, indices, values, damping, one_minus_d, hops, ball_ptr, nodes, tele, seed_ptr,
-                   seeds, out)
+        _ppr_chunk(c, n_chunks, start, end, indices, n_utt, values, damping, one_minus_d, hops, ball_ptr, nodes, tele,
+                   seed_ptr, seeds, out)
 
 
 @njit(cache=True, nogil=True)
-def _ppr_serial(indptr, indices, values, damping, one_minus_d, hops, ball_ptr, nodes, tele, seed_ptr, seeds,
-                n_chunks, out):
+def _ppr_serial(start, end, indices, n_utt, values, damping, one_minus_d, hops, ball_ptr, nodes, tele, seed_ptr,
+                seeds, n_chunks, out):
     for c in range(n_chunks):
-        _ppr_chunk(c, n_chunks, indptr, indices, values, damping, one_minus_d, hops, ball_ptr, nodes, tele, seed_ptr,
-                   seeds, out)
+        _ppr_chunk(c, n_chunks, start, end, indices, n_utt, values, damping, one_minus_d, hops, ball_ptr, nodes, tele,
+                   seed_ptr, seeds, out)
 
 
 def _chunks(seed_ptr: np.ndarray) -> tuple[bool, int]:
@@ -142,35 +148,35 @@ def _chunks(seed_ptr: np.ndarray) -> tuple[bool, int]:
     return pool, min(numba.get_num_threads(), len(seed_ptr) - 1) if pool else 1
 
 
-def ball_sizes(indptr: np.ndarray, indices: np.ndarray, seed_ptr: np.ndarray, seeds: np.ndarray,
-               hops: int) -> np.ndarray:
+def ball_sizes(rows: SlottedCSR, seed_ptr: np.ndarray, seeds: np.ndarray, hops: int) -> np.ndarray:
     """(B,) int64 the number of nodes within ``hops`` edges of each question's seeds, question ``b``'s being
-    ``seeds[seed_ptr[b]:seed_ptr[b + 1]]`` (node ids), in the CSR graph ``indptr`` / ``indices`` (int64, a symmetric
-    pattern)."""
+    ``seeds[seed_ptr[b]:seed_ptr[b + 1]]`` (node ids), in the graph ``rows`` (a symmetric pattern)."""
     sizes = np.zeros(len(seed_ptr) - 1, np.int64)
     pool, n_chunks = _chunks(seed_ptr)
-    drive(_sizes_parallel, _sizes_serial, pool, indptr, indices, seed_ptr, seeds, hops, n_chunks, sizes)
+    drive(_sizes_parallel, _sizes_serial, pool, rows.start, rows.end, rows.indices, rows.n_utt, seed_ptr, seeds, hops,
+          n_chunks, sizes)
     return sizes
 
 
-def ball_nodes(indptr: np.ndarray, indices: np.ndarray, seed_ptr: np.ndarray, seeds: np.ndarray, hops: int,
+def ball_nodes(rows: SlottedCSR, seed_ptr: np.ndarray, seeds: np.ndarray, hops: int,
                ball_ptr: np.ndarray) -> np.ndarray:
     """The nodes (int64) of each question's ball (``ball_sizes``), question ``b``'s at ``ball_ptr[b]:ball_ptr[b +
     1]``, breadth first from its seeds."""
     nodes = np.empty(int(ball_ptr[-1]), np.int64)
     pool, n_chunks = _chunks(seed_ptr)
-    drive(_nodes_parallel, _nodes_serial, pool, indptr, indices, seed_ptr, seeds, hops, n_chunks, ball_ptr, nodes)
+    drive(_nodes_parallel, _nodes_serial, pool, rows.start, rows.end, rows.indices, rows.n_utt, seed_ptr, seeds, hops,
+          n_chunks, ball_ptr, nodes)
     return nodes
 
 
-def ball_ppr(transition, damping: float, hops: int, ball_ptr: np.ndarray, nodes: np.ndarray, tele: np.ndarray,
+def ball_ppr(rows: SlottedCSR, damping: float, hops: int, ball_ptr: np.ndarray, nodes: np.ndarray, tele: np.ndarray,
              seed_ptr: np.ndarray, seeds: np.ndarray) -> np.ndarray:
     """(len(seeds),) float32: each seed's value after ``hops`` iterations r ← d·M·r + (1−d)·t from r = t on its
-    question's ball (``ball_nodes``; ``tele`` (len(nodes),) float32 the question's teleport at each of them).
-    ``transition``: the column-stochastic scipy CSR M, int64 indices."""
+    question's ball (``ball_nodes``; ``tele`` (len(nodes),) float32 the question's teleport at each of them), M the
+    column-stochastic transition (``rows.scaled``)."""
     out = np.empty(len(seeds), np.float32)
     pool, n_chunks = _chunks(seed_ptr)
-    drive(_ppr_parallel, _ppr_serial, pool, transition.indptr, transition.indices, transition.data,
+    drive(_ppr_parallel, _ppr_serial, pool, rows.start, rows.end, rows.indices, rows.n_utt, rows.scaled,
           np.float32(damping), np.float32(1.0 - damping), hops, ball_ptr, nodes,
           np.ascontiguousarray(tele, np.float32), seed_ptr, seeds, n_chunks, out)
     return out
