@@ -90,7 +90,7 @@ class UttSearch:
     held: tuple[np.ndarray, Codebook] | None = None  # made here when None
     probers: ivf.Probers | None = None  # made here when None; ``grown`` appends to it in place where it is the newest
 
-    def __post_init__(self):  # made with the search, as the graph's transition is: questions only read them
+    def __post_init__(self):  # made with the search: questions only read them
         if self.lists is None:
             object.__setattr__(self, "lists", ivf.members(self.probe, self.codebook.n_lists))
         if self.held is None:
@@ -753,7 +753,8 @@ def _appended(g: MemoryGraph, n: int, written: np.ndarray, f_indptr: np.ndarray,
     the fresh rows (``written``, int64 ascending: their nodes, ``f_indptr`` / stored columns ``f_indices`` /
     ``f_data`` their entries) and the rows whose transition values change (the neighbours of a node whose degree
     changed, their entries as they were, rescaled). ``n``: utterances after the add; ``degree``: every node's after
-    it. None where the pools would hold more garbage than ``GARBAGE_SHARE`` of the entries (the caller splices)."""
+    it. None where the pools would then hold more garbage than ``GARBAGE_SHARE`` of the rows' entries (the caller
+    splices). The entries cost O(the rows written); the arrays of a row's bounds, O(nodes), are copied."""
     old, n_old = g.edges, g.n_utt
     old_node = np.where(written < n, written, written - n + n_old)  # each fresh row's node in ``g``
     existed = np.where(written < n, written < n_old, written - n < g.n_clues)
@@ -764,13 +765,13 @@ def _appended(g: MemoryGraph, n: int, written: np.ndarray, f_indptr: np.ndarray,
     rescale = np.setdiff1d(sets.unique(near), written, assume_unique=True)  # is the column's row's neighbour
     source = np.where(rescale < n, rescale, rescale - n + n_old)  # old rows, copied as they are
     kept = old.lengths(source)
+    dropped = int(old.lengths(old_node[existed]).sum() + kept.sum())
+    nnz = old.nnz - dropped + len(f_indices) + int(kept.sum())
+    if old.garbage + dropped > GARBAGE_SHARE * nnz:
+        return None
     at = spans(old.start[source], kept)
     indices, data = np.concatenate([f_indices, old.indices[at]]), np.concatenate([f_data, old.data[at]])
     scaled = data * (1.0 / degree[decode(indices, n)]).astype(np.float32)
-    dropped = int(old.lengths(old_node[existed]).sum()) + len(at)
-    nnz = old.nnz - dropped + len(indices)
-    if old.garbage + dropped > GARBAGE_SHARE * nnz:
-        return None
     n_c = len(degree) - n
     start, end = ((np.concatenate([x[:n_old], np.zeros(n - n_old, np.int64), x[n_old:],
                                    np.zeros(n_c - g.n_clues, np.int64)])) for x in (old.start, old.end))

@@ -1,10 +1,13 @@
 """``SlottedCSR``: a graph's sparse rows in appendable pools, so that a write appends the rows it changes and leaves
-every other row where it lies (issue 14: an add costs O(the rows it changes), not O(the memory)).
+every other row where it lies (issue 14: an add's entries cost O(the rows it changes), not O(the memory); each row's
+bounds, two integers a node, are still copied).
 
 Row ``r`` is ``indices[start[r]:end[r]]``, its values ``data`` (the adjacency's weights) and ``scaled`` (the
 transition's: each weight over its column's degree) at the same positions, its columns in ascending node order. A
 row that a later write changes is appended anew; its old entries stay behind as garbage (``len(indices) - nnz``),
-which a full splice (``kernels/csr_splice.py``) drops.
+which a full splice (``kernels/csr_splice.py``) drops. The pools are appended to in place only where they end this
+matrix's buffers (``appended`` checks the columns' pool, which is appended first), so a matrix keeps reading what it
+held when another is grown from it, once or twice.
 
 Columns are stored so that an add leaves them as they are: an utterance node ``c`` (below ``n_utt``) as ``c``, a
 later node (a clue, a speaker) as ``n_utt - 1 - c``, that is −1 minus its number among the later nodes. An add

@@ -355,7 +355,6 @@ def _check_snapshot(sessions: dict, utts: dict, arrays: dict) -> None:
 def without_clues(g: MemoryGraph) -> MemoryGraph:
     """The graph with its clue nodes and their edges removed (node order becomes [utterances | speakers])."""
     keep = np.concatenate([np.arange(g.n_utt), g.n_utt + g.n_clues + np.arange(g.n_speakers)])
-    adj = g.adjacency[keep][:, keep].tocsr()
-    adj.eliminate_zeros()  # the full graph's lonely nodes' loops
+    adj = g.edges.csr("data")[keep][:, keep].tocsr()  # not ``g.adjacency``, which would keep a copy on ``g``
     return graph_of(np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32), adj, g.n_speakers,
                     g.utt_pairs, g.clues, g.search)

@@ -2,8 +2,9 @@
 --benchmark-json benchmarks/results/graph_add_cpu.json``. Sessions of the bench's synthetic memory added one at a
 time (``graph.grow_graph``) to a graph of 2,500 and of 25,000 sessions, its rows appended to the graph's pools (the
 default, ``graph._appended``) against the same adds spliced into packed pools, every row copied (``GARBAGE_SHARE``
-below zero: the path of every add before the pools, and now of an add whose pools hold more garbage than rows). Each
-variant grows the same built graph by the same sessions; the bank of each add is made outside the timing."""
+below zero: the path of every add before the pools, and now of an add whose pools would hold more garbage than live
+entries; ``_appended`` finds the rows to rescale before it gives way). Each variant grows the same built graph by
+the same sessions; the bank of each add is made outside the timing."""
 import numpy as np
 import pytest
 

@@ -39,7 +39,7 @@ def graph():
     a = sp.random(n, n, density=12 / n, random_state=0, dtype=np.float32)
     a = (a + a.T + sp.eye(n, dtype=np.float32)).tocsr()
     m = (a @ sp.diags(1 / np.asarray(a.sum(axis=0)).ravel())).tocsr().astype(np.float32)
-    m.indptr, m.indices = m.indptr.astype(np.int64), m.indices.astype(np.int64)  # as MemoryGraph.transition() has them
+    m.indptr, m.indices = m.indptr.astype(np.int64), m.indices.astype(np.int64)  # as MemoryGraph.transition has them
     t = np.random.default_rng(1).random((n, 64)).astype(np.float32)
     return m, t / t.sum(axis=0)
 

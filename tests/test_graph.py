@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 
@@ -878,21 +880,23 @@ def test_probers_hold_the_rows_that_probe_each_list_as_they_grow():
 
 def test_spliced_csr_rows_are_the_old_renamed_or_the_fresh_ones():
     """``csr_splice.splice`` against the matrix put together row by row with scipy: runs of old rows (read from
-    pools where they lie apart; utterance columns renamed from ``same`` on, clue columns by ``clue_map``), fresh rows
-    between and at the ends, an empty row, and runs longer than a piece."""
+    pools where they lie apart, or packed; utterance columns renamed from ``same`` on, clue columns by
+    ``clue_map``), fresh rows between and at the ends, an empty row, and runs longer than a piece."""
     import scipy.sparse as sp
 
     from assomem_gpu.kernels import csr_splice
-    from assomem_gpu.slotted_csr import decode, encode
+    from assomem_gpu.slotted_csr import SlottedCSR, decode, encode
 
     rng = np.random.default_rng(5)
-    for n_old, n_new, chunk in ((40, 45, 7), (300, 320, 1 << 15), (6, 8, 1)):  # new nodes for each old one
+    for (n_old, n_new, chunk), packed in itertools.product(((40, 45, 7), (300, 320, 1 << 15), (6, 8, 1)),
+                                                           (False, True)):  # new nodes for each old one
         u_old, u_new = 2 * n_old // 3, 2 * n_new // 3  # utterances; the other nodes are clues
         old = sp.random(n_old, n_old, density=0.3, format="csr", random_state=rng, dtype=np.float32)
         old.data[:] = rng.random(old.nnz).astype(np.float32)
         old.data[old.indptr[0] : old.indptr[1]] = 0  # an empty row
         old.eliminate_zeros()
-        slotted = scattered(old, u_old)
+        slotted = (SlottedCSR.packed(old.indptr, old.indices, old.data, old.data, u_old) if packed
+                   else scattered(old, u_old))
         fresh = sp.random(n_new, n_new, density=0.1, format="csr", random_state=rng, dtype=np.float32)
         keep = np.sort(rng.choice(n_old, size=min(n_old, n_new) // 2, replace=False))
         source = np.full(n_new, -1, np.int64)

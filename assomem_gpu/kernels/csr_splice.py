@@ -4,7 +4,7 @@ and the transition's values (each edge's weight over its column's degree) writte
 
 A removal changes a few hundred rows of a matrix with millions of entries but renumbers the nodes after the first one
 it removes, so every row is copied (an add appends the rows it changes instead: ``SlottedCSR.appended``; it splices
-only where a clue is renumbered or the pools hold as much garbage as rows). Rebuilding the matrix with scipy (COO to
+only where a clue is renumbered or the pools would hold more garbage than live entries, ``graph.GARBAGE_SHARE``). Rebuilding the matrix with scipy (COO to
 CSR, the transpose, the elementwise maximum, the column scaling) costs several passes and sorts over all of it. Here
 the rows whose sources follow one another in a pool (most of the matrix, between the few changed rows) are one block
 of entries each, copied in pieces of ``CHUNK`` in parallel: a row at a time cost ~10 ns a row (253,000 rows of ~4
