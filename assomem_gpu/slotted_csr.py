@@ -117,6 +117,6 @@ class SlottedCSR:
 
 def _with_room(x: np.ndarray, room: int) -> Rows:
     """``x`` in a buffer with room for ``room`` more entries (at least 256)."""
-    buf = np.zeros(len(x) + max(room, 256), x.dtype)
+    buf = np.empty(len(x) + max(room, 256), x.dtype)  # the room is written before it is read
     buf[: len(x)] = x
     return Rows.over(buf, len(x))

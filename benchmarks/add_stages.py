@@ -1,5 +1,6 @@
 """Where an add's time goes: the bench's synthetic memory, adds of 10-utterance sessions each followed by a removal
-(as ``python -m assomem_gpu.bench`` writes), and the wall time of the graph update's stages within the adds.
+(as ``python -m assomem_gpu.bench`` writes), and the wall time of the graph update's stages within the adds (and the
+removals' median time).
 
     python benchmarks/add_stages.py [--sessions 25000] [--adds 30] [--index PATH] [--no-removals] [--output FILE.json]
 
@@ -75,7 +76,7 @@ def main() -> int:
 
         setattr(owner, name, timed)  # each is looked up where it is called: the module's name, or the class's
 
-    ds, adds = data.dataset, []
+    ds, adds, removes = data.dataset, [], []
     for i in range(WARM + args.adds):
         said = ds.bank.utt_texts[ds.bank.offsets[7 * i] : ds.bank.offsets[7 * i] + 10]
         session = Session(f"added{i}", float(ds.memories[0].dates.max()),
@@ -88,11 +89,14 @@ def main() -> int:
         adds.append(1000 * (time.perf_counter() - start - encoder.seconds))
         adding[0] = False
         if not args.no_removals:
+            start = time.perf_counter()
             index.remove_sessions([ds.bank.session_ids[3 * i + 1]])
+            removes.append(1000 * (time.perf_counter() - start))
     by_time = sorted(spent.items(), key=lambda kv: -kv[1])
     out = {"sessions": args.sessions, "adds": args.adds, "loaded": loaded, "removals": not args.no_removals,
            "add_median_ms": round(statistics.median(adds[WARM:]), 2),
            "add_mean_ms": round(statistics.mean(adds[WARM:]), 2), "add_max_ms": round(max(adds[WARM:]), 2),
+           "remove_median_ms": round(statistics.median(removes[WARM:]), 2) if removes else None,
            "stage_ms_per_add": {k: round(1000 * v / args.adds, 2) for k, v in by_time}}
     print(json.dumps(out, indent=1))
     if args.output:

@@ -13,7 +13,7 @@ from assomem_gpu.bench import synthetic_memory
 from assomem_gpu.clues import centroid_embeddings
 from assomem_gpu.graph import GraphConfig, build_graph, grow_graph
 
-ADDS = 20  # rounds: each adds the next session
+ADDS = 50  # rounds: each adds the next session
 
 
 @pytest.fixture(scope="module", params=[2500, 25000], ids=lambda n: f"{n}-sessions")
