@@ -4,11 +4,11 @@ and the transition's values (each edge's weight over its column's degree) writte
 
 A removal changes a few hundred rows of a matrix with millions of entries but renumbers the nodes after the first one
 it removes, so every row is copied (an add appends the rows it changes instead: ``SlottedCSR.appended``; it splices
-only where a clue is renumbered or the pools would hold more garbage than live entries, ``graph.GARBAGE_SHARE``). Rebuilding the matrix with scipy (COO to
-CSR, the transpose, the elementwise maximum, the column scaling) costs several passes and sorts over all of it. Here
-the rows whose sources follow one another in a pool (most of the matrix, between the few changed rows) are one block
-of entries each, copied in pieces of ``CHUNK`` in parallel: a row at a time cost ~10 ns a row (253,000 rows of ~4
-entries at 25,000 sessions: 2.7 ms).
+only where a clue is renumbered or the pools would hold more garbage than live entries, ``graph.GARBAGE_SHARE``).
+Rebuilding the matrix with scipy (COO to CSR, the transpose, the elementwise maximum, the column scaling) costs
+several passes and sorts over all of it. Here the rows whose sources follow one another in a pool (most of the
+matrix, between the few changed rows) are one block of entries each, copied in pieces of ``CHUNK`` in parallel: a row
+at a time cost ~10 ns a row (253,000 rows of ~4 entries at 25,000 sessions: 2.7 ms).
 
 Columns are stored columns (``slotted_csr.encode``): an utterance's below ``same`` keep their number, the others are
 renamed by ``col_map``; a clue's (negative) by ``clue_map``; the scaling reads ``inv`` at the node number.
