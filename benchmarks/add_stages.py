@@ -48,6 +48,8 @@ def main() -> int:
     p.add_argument("--no-removals", action="store_true", help="adds one after another (no removal between)")
     p.add_argument("--output", help="JSON file for the figures")
     args = p.parse_args()
+    if not 1 <= args.adds <= args.sessions // 7 - WARM:  # add i reads session 7·i's texts
+        p.error(f"--adds: 1 to {args.sessions // 7 - WARM} for {args.sessions} sessions, got {args.adds}")
 
     data = synthetic_memory(args.sessions, 300)
     encoder = TimedEncoder(SyntheticEncoder(data))
