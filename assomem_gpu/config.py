@@ -37,7 +37,7 @@ class AssoMemConfig:
     # iterated until the change is below tol
     context_window: int = 2  # the context signal's turns on each side of an utterance (signals/context.py)
     sentences: bool = True  # a candidate's relevance is its best passage's, itself or one of its sentences, each
-    # embedded alone (sentences.py; needs an encoder at add time; README, Results, "Sentence passages"); False
+    # embedded alone (sentences.py; needs an encoder at add time; docs/results-history.md, "Sentence passages"); False
     # (--no-sentences): the utterance's own vector only
     query_probe: int = 32  # in a memory past graph.exact_limit utterances, a question's relevance is computed on the
     # members of the IVF lists of its this many nearest centroids, its candidates' and PPR neighbourhood's (0 = on

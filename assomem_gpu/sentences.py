@@ -2,12 +2,12 @@
 
 A turn often carries its fact in one clause beside an unrelated request ("Can you suggest recipes? By the way, I
 replaced my kitchen faucet last Sunday"); one vector for the whole turn blurs that clause, a vector per sentence keeps
-it. Sentences end at ``.``, ``!`` or ``?`` before white space, or at a line break; a piece of fewer than
-``MIN_WORDS`` words joins the sentence before it ("Thanks!"), or the one after it where none is before ("Sure!"), and
-an utterance keeps its first ``MAX_SENTENCES``: the maximum over more passages is larger by chance alone, so a long
-turn would gain by its length (and cost its encoding); 4 was picked among 4, 8, 12 and 32 on the dev figures (the
-fusion cross-validated; README, Results, "Sentence passages"). A single-sentence utterance has no sentence vectors:
-its own vector is its only passage. Vectors stored under other rules (``SENTENCES_VERSION``) are embedded again.
+it. Sentences end at ``.``, ``!`` or ``?`` before white space, or at a line break; a piece of fewer than ``MIN_WORDS``
+words joins the sentence before it ("Thanks!"), or the one after it where none is before ("Sure!"), and an utterance
+keeps its first ``MAX_SENTENCES``: the maximum over more passages is larger by chance alone, so a long turn would gain
+by its length (and cost its encoding); 4 was picked among 4, 8, 12 and 32 on the dev figures (the fusion
+cross-validated; docs/results-history.md, "Sentence passages"). A single-sentence utterance has no sentence vectors: its
+own vector is its only passage. Vectors stored under other rules (``SENTENCES_VERSION``) are embedded again.
 """
 from __future__ import annotations
 

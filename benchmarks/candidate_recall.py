@@ -5,7 +5,7 @@ cross-validated fusion (the eval CLI's folds), for the eval CLI's options.
 
     python benchmarks/candidate_recall.py --dataset SPEC [--haystack-sessions N --limit N] [--output FILE.json]
 
-README, Results, "Where the recall at 2,500 sessions goes".
+docs/results-history.md, "Where the recall at 2,500 sessions goes".
 """
 from __future__ import annotations
 

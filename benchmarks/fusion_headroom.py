@@ -8,7 +8,7 @@ The search is coordinate ascent from equal weights: each signal's weight in turn
 ranks best (mean R@10, then R@6, R@3, R@1), for rounds until none changes (``ROUNDS`` at most): a local search, so a
 better weighting may exist off its grid or its path. Each weighting ranks with the engine's eq. 4 (``fusion.fuse``,
 its softmax temperature) on each question's features, computed once as the CLI computes them
-(``signal_variants.features``). README, Results, "What one weighting of these signals reaches".
+(``signal_variants.features``). docs/results-history.md, "What one weighting of these signals reaches".
 """
 from __future__ import annotations
 

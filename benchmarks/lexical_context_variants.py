@@ -6,8 +6,8 @@ cross-validated with the CLI's folds (``signal_variants.py``'s harness). With no
     python benchmarks/lexical_context_variants.py --dataset SPEC [--haystack-sessions N --limit N] [--output FILE.json]
 
 How the lexical context signal (``signals/lexical_context.py``) was chosen: R@k of each variant on the three dev sets
-(README, Results, "Lexical context"). A variant reads the BM25 scores of every turn of the question's memory (one
-``BM25Index`` per memory, as the engine's) and gives each candidate a value from its session's turns around it.
+(docs/results-history.md, "Lexical context"). A variant reads the BM25 scores of every turn of the question's memory
+(one ``BM25Index`` per memory, as the engine's) and gives each candidate a value from its session's turns around it.
 """
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ the CLI's folds. With no column it gives the CLI's ``--no-session`` figures (wit
 
     python benchmarks/signal_variants.py --dataset SPEC [--haystack-sessions N --limit N] [--output FILE.json]
 
-How the session signal (``signals/session.py``) was chosen: R@k of each variant on the three dev sets (README,
-Results, "Session relevance"). A variant is a function of one question's features: its candidates (bank rows) and
-their z-scored signals, and the rest of what its relevance scored.
+How the session signal (``signals/session.py``) was chosen: R@k of each variant on the three dev sets
+(docs/results-history.md, "Session relevance"). A variant is a function of one question's features: its candidates (bank
+rows) and their z-scored signals, and the rest of what its relevance scored.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ options, to the digit (the row "T_w 0.05" its figures with ``--weight-temperatur
 
     python benchmarks/weight_temperature.py --dataset SPEC [--haystack-sessions N --limit N] [--output FILE.json]
 
-README, Results, "Lexical context" (what is left).
+docs/results-history.md, "Lexical context" (what is left).
 """
 from __future__ import annotations
 

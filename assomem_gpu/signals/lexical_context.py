@@ -6,8 +6,9 @@ plan?" / "Well, I think you should take the lead on that, Isabella"). The ``lexi
 is the BM25 score, for the question, of the turn before it in its session (0 for a session's first turn): the lexical
 counterpart of the ``context`` signal, which reads the embeddings of the turns around it. Of the forms measured (the
 best score among the turns within 1, 2 or 3 on either side, their mean within 2, the turn before, the turn after) the
-turn before has the best mean R@1–R@10 over the three dev sets and gains the most on MeetingQA (README, Results,
-"Lexical context"). It reads the memory's BM25 term counts only, so adds and removes keep it exactly.
+turn before has the best mean R@1–R@10 over the three dev sets and gains the most on MeetingQA
+(docs/results-history.md, "Lexical context"). It reads the memory's BM25 term counts only, so adds and removes keep
+it exactly.
 """
 from __future__ import annotations
 
