@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import ivf, sets
+from .clue_vectors import ClueVectors
 from .ivf import Codebook
 from .memory import MemoryBank
 from .rows import Rows, spans
@@ -69,11 +70,20 @@ class ClueState:
     γ (both directions, before the per-node top-k), so that a merge can drop a clue's pairs and find its new ones."""
 
     labels: np.ndarray  # clue of each memory session (int64)
-    emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
+    vectors: ClueVectors  # each clue's embedding (float32, L2-normalised), in an appendable pool
     candidates: tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, cosine) clue pairs above γ
     # leaders: each clue's first session's embedding, in clue order, which ``grow_clue_state`` appends to in place
     # (only writes read it) and makes where it is None or holds another number of clues
     leader_rows: Rows | None = None
+
+    @property
+    def emb(self) -> np.ndarray:
+        """(n_clues, dim) the clue embeddings in clue order (``ClueVectors.packed``)."""
+        return self.vectors.packed
+
+    @property
+    def n_clues(self) -> int:
+        return self.vectors.n_clues
 
 
 @dataclass(frozen=True)
@@ -139,7 +149,7 @@ class MemoryGraph:
     """The graph of one memory. Utterance node ``i`` is the memory's utterance ``i``; clue node ``n_utt + c``."""
 
     utt_clue: np.ndarray  # clue of each utterance node (int64)
-    clue_emb: np.ndarray  # (n_clues, dim) float32, L2-normalised
+    clue_vectors: ClueVectors  # each clue's embedding (float32, L2-normalised): row ``clue_row[c]`` of ``clue_view``
     edges: SlottedCSR  # the symmetric adjacency (float32 weights) and the column-stochastic transition M of eq. 2
     degree: np.ndarray  # float64 sum of each node's edge weights
     n_speakers: int = 0
@@ -163,7 +173,21 @@ class MemoryGraph:
 
     @property
     def n_clues(self) -> int:
-        return len(self.clue_emb)
+        return self.clue_vectors.n_clues
+
+    @property
+    def clue_emb(self) -> np.ndarray:
+        """(n_clues, dim) the clue embeddings in clue order (``ClueVectors.packed``: a search reads ``clue_view`` and
+        ``clue_row`` instead)."""
+        return self.clue_vectors.packed
+
+    @property
+    def clue_view(self) -> np.ndarray:
+        return self.clue_vectors.view
+
+    @property
+    def clue_row(self) -> np.ndarray:
+        return self.clue_vectors.row
 
     @property
     def n_nodes(self) -> int:
@@ -182,7 +206,7 @@ class MemoryGraph:
         return self.edges.csr("scaled")
 
 
-def graph_of(utt_clue: np.ndarray, clue_emb: np.ndarray, adj: sp.csr_matrix, n_speakers: int = 0, utt_pairs=None,
+def graph_of(utt_clue: np.ndarray, clue_vectors: ClueVectors, adj: sp.csr_matrix, n_speakers: int = 0, utt_pairs=None,
              clues: ClueState | None = None, search: UttSearch | None = None,
              by_clue: np.ndarray | None = None) -> MemoryGraph:
     """The graph on this symmetric adjacency (float32, sorted indices). Its transition holds each edge's weight over
@@ -201,7 +225,7 @@ def graph_of(utt_clue: np.ndarray, clue_emb: np.ndarray, adj: sp.csr_matrix, n_s
         row = np.repeat(np.arange(adj.shape[0]), np.diff(pattern.indptr))
         data[(row == pattern.indices) & (degree[row] == 0)] = 0.0
     edges = SlottedCSR.packed(pattern.indptr, pattern.indices, data, scaled, len(utt_clue))
-    return MemoryGraph(utt_clue, clue_emb, edges, degree, n_speakers, utt_pairs, clues, search, by_clue)
+    return MemoryGraph(utt_clue, clue_vectors, edges, degree, n_speakers, utt_pairs, clues, search, by_clue)
 
 
 def _row_sums(indptr: np.ndarray, data: np.ndarray) -> np.ndarray:
@@ -330,7 +354,7 @@ def clue_state(session_emb: np.ndarray, config: GraphConfig) -> ClueState:
     labels = merge_clues(session_emb, config.delta, config.clue_merge)
     emb = _clue_means(session_emb, labels, int(labels.max()) + 1 if len(labels) else 0)
     pairs = _range_search(emb, config.gamma - 1e-4) if len(emb) > 1 else _no_pairs()
-    return ClueState(labels, emb, pairs)
+    return ClueState(labels, ClueVectors.packed_from(emb), pairs)
 
 
 def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConfig) -> ClueState:
@@ -339,9 +363,10 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
 
     A new session either starts a clue (clues are numbered by their first session, so it comes last) or joins
     every clue it links to into the first of them (components), or the clue of the first leader it links to
-    (leaders); only that clue's embedding and pairs are recomputed.
+    (leaders); only that clue's embedding and pairs are recomputed, its embedding appended to the pool
+    (``ClueVectors``: the other clues' vectors are not copied).
     """
-    labels, emb, (ci, cj, cs) = state.labels, state.emb, state.candidates
+    labels, vectors, (ci, cj, cs) = state.labels, state.vectors, state.candidates
     leaders = config.clue_merge == "leaders"
     # leaders: each clue's first session, where the labels first reach a clue (clues are numbered by their first
     # session; an add never merges leader clues, so a new clue's is appended); a session is compared to them alone
@@ -357,32 +382,32 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
         sims = np.round(exact_cosines(session_emb, near, np.full(len(near), s)), 6)  # as select_top rounds
         near = near[sims > config.delta][:1] if leaders else near[sims > config.delta]
         linked = sets.unique(labels[near])
-        n_c = len(emb)
+        n_c = vectors.n_clues
         remap = np.arange(n_c)
         if len(linked) == 0:
             target, stale = n_c, np.zeros(0, np.int64)
             if leaders:
                 leader = np.append(leader, s)
                 rows.append(session_emb[s : s + 1])
-            emb = np.concatenate([emb, np.zeros((1, emb.shape[1]), np.float32)])
+            row = np.append(vectors.row, -1)
         else:
             target, removed = int(linked[0]), linked[1:]
             remap = remap - np.searchsorted(removed, remap)
             remap[removed] = target
             stale = linked
-            emb = np.delete(emb, removed, axis=0) if len(removed) else emb.copy()  # (np.delete of none: 2x slower)
+            row = np.delete(vectors.row, removed) if len(removed) else vectors.row
         labels = np.append(remap[labels], target)
-        emb[target] = _clue_means(session_emb[: s + 1][labels == target], np.zeros(int((labels == target).sum()),
-                                                                                   np.int64), 1)[0]
+        vectors = vectors.with_vector(row, target, _clue_means(session_emb[: s + 1][labels == target],
+                                                               np.zeros(int((labels == target).sum()), np.int64), 1)[0])
         keep = ~(np.isin(ci, stale) | np.isin(cj, stale))
-        others = np.flatnonzero(emb @ emb[target] > config.gamma - 1e-4)
+        others = np.flatnonzero(vectors.cosines(vectors.of(target)) > config.gamma - 1e-4)
         others = others[others != target]
         mine = np.full(len(others), target, np.int64)
-        sims = exact_cosines(emb, mine, others)
+        sims = exact_cosines(vectors.view, vectors.row[mine], vectors.row[others])
         ci = np.concatenate([remap[ci[keep]], mine, others])
         cj = np.concatenate([remap[cj[keep]], others, mine])
         cs = np.concatenate([cs[keep], sims, sims])
-    return ClueState(labels, emb, (ci, cj, cs), rows if leaders else None)
+    return ClueState(labels, vectors, (ci, cj, cs), rows if leaders else None)
 
 
 def build_graph(bank: MemoryBank, utt_emb: np.ndarray, session_clue_emb: np.ndarray, config: GraphConfig,
@@ -471,8 +496,8 @@ def grow_graph(g: MemoryGraph, bank: MemoryBank, utt_emb: np.ndarray, session_cl
         # joins the end of its clue's group, clue by clue (new clues after the old ones), rows ascending in each
         new_clue = np.repeat(clues.labels[n_sessions:], np.diff(bank.offset_array)[n_sessions:])
         order = np.argsort(new_clue, kind="stable")
-        ends = np.concatenate([np.cumsum(g.clue_sizes), np.full(len(clues.emb) - g.n_clues, n_old)])
-        sizes = np.concatenate([g.clue_sizes, np.zeros(len(clues.emb) - g.n_clues, np.int64)])
+        ends = np.concatenate([np.cumsum(g.clue_sizes), np.full(clues.n_clues - g.n_clues, n_old)])
+        sizes = np.concatenate([g.clue_sizes, np.zeros(clues.n_clues - g.n_clues, np.int64)])
         grouped = (np.concatenate([g.utt_clue, new_clue]), np.insert(g.by_clue, ends[new_clue[order]], n_old + order),
                    sizes + np.bincount(new_clue, minlength=len(sizes)))
         # the clues the new sessions joined or started (their members, embeddings and pairs changed) and every clue
@@ -525,8 +550,8 @@ def shrink_graph(g: MemoryGraph, bank: MemoryBank, keep_utt: np.ndarray, keep_se
     touched = np.zeros(g.n_clues, bool)
     touched[g.clues.labels[~keep_sessions]] = True  # clues that lost a session (they may split) ...
     before, after = g.clues.labels[keep_sessions], clues.labels
-    both = sets.unique(before * (len(clues.emb) + 1) + after)  # ... and, with leaders, clues whose sessions part or
-    was, now = both // (len(clues.emb) + 1), both % (len(clues.emb) + 1)  # meet others' (a freed follower leads)
+    both = sets.unique(before * (clues.n_clues + 1) + after)  # ... and, with leaders, clues whose sessions part or
+    was, now = both // (clues.n_clues + 1), both % (clues.n_clues + 1)  # meet others' (a freed follower leads)
     touched[was[(np.bincount(was, minlength=g.n_clues) > 1)[was] | (np.bincount(now)[now] > 1)]] = True
     fresh[touched[g.utt_clue[keep_utt]]] = True
     clue_map = np.full(g.n_clues, -1, np.int64)
@@ -540,9 +565,9 @@ def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarra
     sessions' clue embeddings). Only the clues whose members change are made anew (components: the δ-components
     among the remaining sessions of a clue that lost one; leaders: ``_leaders_after_removal``); their embeddings and
     pairs are recomputed, the others keep theirs."""
-    labels, emb, (ci, cj, cs) = state.labels, state.emb, state.candidates
+    labels, vectors, (ci, cj, cs) = state.labels, state.vectors, state.candidates
     kept_labels = labels[keep]
-    touched = np.zeros(len(emb), bool)
+    touched = np.zeros(vectors.n_clues, bool)
     touched[labels[~keep]] = True
     pieces = []  # the kept sessions of each clue made anew
     if config.clue_merge == "leaders":
@@ -561,11 +586,11 @@ def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarra
     firsts += [p[0] for p in pieces]
     rank = np.empty(len(firsts), np.int64)
     rank[np.argsort(np.asarray(firsts, np.int64), kind="stable")] = np.arange(len(firsts))  # numbered by first session
-    old_to_new = np.full(len(emb), -1, np.int64)
+    old_to_new = np.full(vectors.n_clues, -1, np.int64)
     old_to_new[untouched] = rank[: len(untouched)]
     new_labels = old_to_new[kept_labels]
     new_emb = np.zeros((len(firsts), session_emb.shape[1]), np.float32)
-    new_emb[rank[: len(untouched)]] = emb[untouched]
+    new_emb[rank[: len(untouched)]] = vectors.of(untouched)
     fresh = np.zeros(len(firsts), bool)
     for n, members in zip(rank[len(untouched) :], pieces):
         new_labels[members], fresh[n] = n, True
@@ -580,7 +605,8 @@ def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarra
         ci += [mine, others]
         cj += [others, mine]
         cs += [sims, sims]
-    return ClueState(new_labels, new_emb, (np.concatenate(ci), np.concatenate(cj), np.concatenate(cs)))
+    return ClueState(new_labels, ClueVectors.packed_from(new_emb),
+                     (np.concatenate(ci), np.concatenate(cj), np.concatenate(cs)))
 
 
 def _leaders(labels: np.ndarray) -> np.ndarray:
@@ -621,7 +647,7 @@ def assemble(bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
     """The CSR graph from its parts: the utterance similarity pairs (directed top-k), the clues and the bank's
     sessions (ownership, turn adjacency, speakers)."""
     counts = np.diff(bank.offset_array)
-    n_u, n_c = bank.n_utterances, len(clues.emb)
+    n_u, n_c = bank.n_utterances, clues.n_clues
     utt_clue = np.repeat(clues.labels, counts)
 
     rows, cols, vals = [], [], []
@@ -649,7 +675,7 @@ def assemble(bank: MemoryBank, utt_pairs, clues: ClueState, config: GraphConfig,
         rows.append(idx), cols.append(n_u + n_c + who), vals.append(np.ones(len(idx), np.float32))
     r, c, v = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals).astype(np.float32)
     n = n_u + n_c + n_p
-    return graph_of(utt_clue, clues.emb, _symmetric(r, c, v, n), n_p, utt_pairs, clues, search,
+    return graph_of(utt_clue, clues.vectors, _symmetric(r, c, v, n), n_p, utt_pairs, clues, search,
                     _by_clue(bank, clues.labels))
 
 
@@ -691,7 +717,7 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
     fresh ones (``_appended``); else copied, its columns renamed (``kernels/csr_splice.py``, which also writes the
     transition's values: degrees of copied rows are kept).
     """
-    n_old, n, n_c = g.n_utt, bank.n_utterances, len(clues.emb)
+    n_old, n, n_c = g.n_utt, bank.n_utterances, clues.n_clues
     if grouped is None:
         utt_clue = np.repeat(clues.labels, np.diff(bank.offset_array))
         grouped = utt_clue, _by_clue(bank, clues.labels), np.bincount(utt_clue, minlength=n_c)
@@ -740,7 +766,7 @@ def _spliced(g: MemoryGraph, bank: MemoryBank, utt_pairs, clues: ClueState, conf
                                                f_data, utt_map, clue_map, n, (1.0 / degree).astype(np.float32), same)
         nnz = int(indptr[-1])
         edges = SlottedCSR.spliced(indptr, *(Rows.over(x, nnz) for x in (indices, data, scaled)), n)
-    return MemoryGraph(utt_clue, clues.emb, edges, degree, 0, utt_pairs, clues, search, by_clue, clue_sizes)
+    return MemoryGraph(utt_clue, clues.vectors, edges, degree, 0, utt_pairs, clues, search, by_clue, clue_sizes)
 
 
 GARBAGE_SHARE = 1.0  # an add splices the whole matrix anew (leaving the garbage behind) where the pools would hold

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .clue_vectors import ClueVectors
 from .clues import clue_embeddings, clue_texts
 from .config import AssoMemConfig
 from .encode import Encoder, prompted
@@ -296,7 +297,7 @@ class MemoryState:
         else:
             state._sentence_counts = Rows(dtype=np.int32, data=np.zeros(bank.n_utterances, np.int32))
         if bank.n_sessions:
-            clues = ClueState(arrays["clue_labels"], arrays["clue_merged"],
+            clues = ClueState(arrays["clue_labels"], ClueVectors.packed_from(arrays["clue_merged"]),
                               (arrays["clue_pairs_i"], arrays["clue_pairs_j"], arrays["clue_pairs_s"]))
             pairs = (arrays["utt_pairs_i"], arrays["utt_pairs_j"], arrays["utt_pairs_s"])
             search = None
@@ -356,5 +357,5 @@ def without_clues(g: MemoryGraph) -> MemoryGraph:
     """The graph with its clue nodes and their edges removed (node order becomes [utterances | speakers])."""
     keep = np.concatenate([np.arange(g.n_utt), g.n_utt + g.n_clues + np.arange(g.n_speakers)])
     adj = g.edges.csr("data")[keep][:, keep].tocsr()  # not ``g.adjacency``, which would keep a copy on ``g``
-    return graph_of(np.zeros(g.n_utt, np.int64), np.zeros((0, g.clue_emb.shape[1]), np.float32), adj, g.n_speakers,
-                    g.utt_pairs, g.clues, g.search)
+    no_clues = ClueVectors.packed_from(np.zeros((0, g.clue_vectors.dim), np.float32))
+    return graph_of(np.zeros(g.n_utt, np.int64), no_clues, adj, g.n_speakers, g.utt_pairs, g.clues, g.search)

@@ -244,6 +244,34 @@ def test_leader_clues_grown_twice_from_one_state_each_equal_the_build():
     assert grown.labels[-1] == 9 and clue_state(joins, config).labels[-1] == 3
 
 
+def test_clue_vectors_append_in_place_keep_what_each_state_held_and_pack():
+    """An add appends the one vector it makes and copies only the clue numbering: the state grown from reads what it
+    held, a second growth from it copies, and superseded rows are packed away once they outnumber live ones."""
+    from assomem_gpu.clue_vectors import ClueVectors
+
+    rng = np.random.default_rng(5)
+    dense = unit(rng.normal(size=(130, 8))).astype(np.float32)
+    first = vectors = ClueVectors.packed_from(dense)
+    held = dense.copy()
+    in_place = packed = False
+    for step in range(900):  # two in three change a clue (a session joins it), one in three adds a clue
+        c = step % len(dense) if step % 3 else len(dense)
+        v = unit(rng.normal(size=(1, 8)))[0].astype(np.float32)
+        grown = vectors.with_vector(vectors.row if c < len(dense) else np.append(vectors.row, -1), c, v)
+        dense = np.concatenate([dense, v[None]]) if c == len(dense) else dense.copy()
+        dense[c] = v
+        assert np.array_equal(grown.packed, dense) and np.array_equal(grown.of(np.arange(len(dense))), dense)
+        assert np.allclose(grown.cosines(v), dense @ v, atol=1e-6)
+        in_place |= np.shares_memory(grown.view, vectors.view)
+        packed |= len(grown.view) == len(dense) < len(vectors.view)
+        vectors = grown
+    assert in_place and packed
+    assert np.array_equal(first.of(np.arange(130)), held)  # appended to in place, yet reading what it held
+    again = first.with_vector(first.row, 0, dense[0])  # a second growth from the first state: a copy
+    assert not np.shares_memory(again.view, vectors.view) and np.array_equal(first.packed, held)
+    assert np.array_equal(again.packed, np.concatenate([dense[:1], held[1:]]))
+
+
 def test_shrinking_clues_equals_building_them():
     rng = np.random.default_rng(12)
     centres = unit(rng.normal(size=(4, 12)))
@@ -286,7 +314,8 @@ def clustered(n_sessions: int, per: int = 5, dim: int = 32, seed: int = 0):
 
 def assert_same_graph(a, b):
     """Equal to the bit: the matrices' arrays (the order of a row's entries is the order PPR sums them in), the
-    degrees and the clue grouping."""
+    degrees, the clue grouping and the clue embeddings."""
+    assert np.array_equal(a.clue_emb, b.clue_emb)
     for m1, m2 in ((a.adjacency, b.adjacency), (a.transition, b.transition)):
         assert m1.shape == m2.shape
         for part in ("indptr", "indices", "data"):
@@ -345,18 +374,20 @@ def test_a_graph_grown_and_shrunk_equals_the_build_to_the_bit(config):
     emb, bank = clustered(60, per, seed=3)
     clue = centroid_embeddings(np.arange(0, 60 * per + 1, per), emb)
     g = build_graph(bank(1), emb[:per], clue[:1], config)
-    merged = appended = packed = False
+    merged = appended = packed = pooled = False
     for hi in range(2, 61):
         before, old = g.n_clues, g
-        held = old.edges.csr("scaled")
+        held, held_clues = old.edges.csr("scaled"), old.clue_emb.copy()
         g = grow_graph(g, bank(hi), emb[: hi * per], clue[:hi], config)
         merged |= g.n_clues < before
         appended |= np.shares_memory(g.edges.indices, old.edges.indices)
         packed |= g.edges.garbage == 0 < old.edges.garbage
+        pooled |= np.shares_memory(g.clue_view, old.clue_view)  # the clue vectors appended to, not copied
         assert_same_graph(g, build_graph(bank(hi), emb[: hi * per], clue[:hi], config))
         assert (old.edges.csr("scaled") != held).nnz == 0  # the graph grown from reads what it held
+        assert np.array_equal(old.clue_vectors.of(np.arange(before)), held_clues)
     assert merged or config.delta > 0.5  # a session joined clues: the clue nodes were renamed
-    assert appended and packed
+    assert appended and packed and pooled
     rng = np.random.default_rng(4)
     sessions, split = np.arange(60), False
     for drop in (1, 5, 1, 20):
