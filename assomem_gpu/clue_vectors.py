@@ -3,10 +3,11 @@
 An add changes one clue's embedding (the normalised mean of its sessions, when a session joins it) or adds one. Held as
 one (clues, dim) array, the state grown from keeps its own, so each add copied every clue's vector: at 100,000
 sessions the largest O(memory) cost an add had left (7.5 of its ~47 ms). Here clue ``c``'s vector is row ``row[c]`` of
-a pool: an add appends the rows it makes and copies ``row`` (8 bytes a clue, not ``dim`` floats), leaving every
-other row where it lies. A state appends to the pool in place only where its rows end the pool's (the state grown
-from keeps reading what it held: a failed write, a second growth from one state), else to a copy; once the pool holds
-as many superseded rows as live ones it is packed.
+a pool: an add appends the row it makes and copies ``row`` (8 bytes a clue, not ``dim`` floats), leaving every other
+row where it lies. A state appends to the pool in place only where its rows end the pool's (the state grown from keeps
+reading what it held: a failed write, a second growth from one state), else to a copy; once superseded rows would
+outnumber live ones (past 256 rows) the pool is packed. Each new pool has as much room again as it holds, so the
+copies (packing, a second growth, a full pool) cost an add O(1) amortised.
 """
 from __future__ import annotations
 
@@ -17,10 +18,22 @@ import numpy as np
 from .rows import Rows
 
 
+def _pool(rows: np.ndarray, keep: np.ndarray | None = None) -> Rows:
+    """A pool holding ``rows`` (or those at ``keep``, in its order; float32, one copy) with as many again of room."""
+    n = len(rows) if keep is None else len(keep)
+    buffer = np.empty((max(2 * n, 256), *rows.shape[1:]), np.float32)
+    if keep is None:
+        buffer[:n] = rows
+    else:
+        np.take(rows, keep, axis=0, out=buffer[:n])
+    return Rows.over(buffer, n)
+
+
 @dataclass(frozen=True)
 class ClueVectors:
     """Clue ``c``'s vector is ``view[row[c]]``: ``pool`` the appendable buffer (rows past ``view`` may belong to newer
-    states), ``view`` this state's rows of it (float32, L2-normalised), ``row`` int64 per clue."""
+    states), ``view`` this state's rows of it (its clues' vectors and superseded ones; float32, L2-normalised),
+    ``row`` int64 per clue."""
 
     pool: Rows
     view: np.ndarray
@@ -29,7 +42,7 @@ class ClueVectors:
     @classmethod
     def packed_from(cls, emb: np.ndarray) -> "ClueVectors":
         """The vectors of ``emb`` (clues, dim), clue ``c`` at row ``c``."""
-        pool = Rows(emb.shape[1:], np.float32, emb)
+        pool = _pool(emb)
         return cls(pool, pool.view, np.arange(len(emb), dtype=np.int64))
 
     @property
@@ -57,19 +70,17 @@ class ClueVectors:
         return (self.view @ v)[self.row]
 
     def with_vector(self, row: np.ndarray, clue: int, vector: np.ndarray) -> "ClueVectors":
-        """These vectors with clue numbering ``row`` (this state's rows, -1 or any row for ``clue``) and ``vector`` as
-        clue ``clue``'s, appended to the pool (in place where this state's rows end it, else to a copy; packed where
-        superseded rows would outnumber live ones)."""
+        """These vectors with clue numbering ``row`` (rows of ``view``; ``clue``'s entry is replaced, -1 for a new
+        clue) and ``vector`` as clue ``clue``'s, appended to the pool: in place where this state's rows end it (the
+        pool's rows only grow, so an older state's ``view`` is a shorter prefix), else to a copy; into a packed pool
+        where superseded rows would outnumber live ones past 256 rows."""
         row = row.copy()
         if len(self.view) + 1 > 2 * max(len(row), 128):  # packed: the live rows, then this one
             keep = np.delete(row, clue)
-            live = self.view[keep]
-            pool = Rows(live.shape[1:], np.float32, live)
+            pool = _pool(self.view, keep)
             row[np.arange(len(row)) != clue] = np.arange(len(keep))
         else:
-            pool = self.pool
-            if pool.n != len(self.view) or not np.may_share_memory(pool.view, self.view):
-                pool = Rows(self.view.shape[1:], np.float32, self.view)
+            pool = self.pool if self.pool.n == len(self.view) else _pool(self.view)
         row[clue] = pool.n
         pool.append(np.asarray(vector, np.float32)[None])
         return ClueVectors(pool, pool.view, row)

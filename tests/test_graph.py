@@ -246,26 +246,35 @@ def test_leader_clues_grown_twice_from_one_state_each_equal_the_build():
 
 def test_clue_vectors_append_in_place_keep_what_each_state_held_and_pack():
     """An add appends the one vector it makes and copies only the clue numbering: the state grown from reads what it
-    held, a second growth from it copies, and superseded rows are packed away once they outnumber live ones."""
+    held, a second growth from it copies, and superseded rows are packed away once they outnumber live ones, clue
+    merges (a clue's row dropped from the numbering) included."""
     from assomem_gpu.clue_vectors import ClueVectors
 
     rng = np.random.default_rng(5)
     dense = unit(rng.normal(size=(130, 8))).astype(np.float32)
     first = vectors = ClueVectors.packed_from(dense)
     held = dense.copy()
-    in_place = packed = False
-    for step in range(900):  # two in three change a clue (a session joins it), one in three adds a clue
-        c = step % len(dense) if step % 3 else len(dense)
+    in_place = packed = merged = False
+    for step in range(900):  # a clue changes (a session joins it), a new one comes, or two merge into the first
         v = unit(rng.normal(size=(1, 8)))[0].astype(np.float32)
-        grown = vectors.with_vector(vectors.row if c < len(dense) else np.append(vectors.row, -1), c, v)
-        dense = np.concatenate([dense, v[None]]) if c == len(dense) else dense.copy()
+        row = vectors.row
+        if step % 3 == 0:
+            c, row = len(dense), np.append(row, -1)
+            dense = np.concatenate([dense, v[None]])
+        elif step % 7 == 1:
+            c, gone = step % 50, 60 + step % 50
+            row, dense = np.delete(row, gone), np.delete(dense, gone, axis=0)
+        else:
+            c, dense = step % len(dense), dense.copy()
         dense[c] = v
+        grown = vectors.with_vector(row, c, v)
         assert np.array_equal(grown.packed, dense) and np.array_equal(grown.of(np.arange(len(dense))), dense)
         assert np.allclose(grown.cosines(v), dense @ v, atol=1e-6)
         in_place |= np.shares_memory(grown.view, vectors.view)
         packed |= len(grown.view) == len(dense) < len(vectors.view)
+        merged |= packed and step % 7 == 1
         vectors = grown
-    assert in_place and packed
+    assert in_place and packed and merged
     assert np.array_equal(first.of(np.arange(130)), held)  # appended to in place, yet reading what it held
     again = first.with_vector(first.row, 0, dense[0])  # a second growth from the first state: a copy
     assert not np.shares_memory(again.view, vectors.view) and np.array_equal(first.packed, held)
