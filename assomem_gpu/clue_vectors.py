@@ -33,17 +33,19 @@ def _pool(rows: np.ndarray, keep: np.ndarray | None = None) -> Rows:
 class ClueVectors:
     """Clue ``c``'s vector is ``view[row[c]]``: ``pool`` the appendable buffer (rows past ``view`` may belong to newer
     states), ``view`` this state's rows of it (its clues' vectors and superseded ones; float32, L2-normalised),
-    ``row`` int64 per clue."""
+    ``row`` int64 per clue; ``in_order``: ``view`` is the clues' vectors in clue order (``row`` the identity, as a
+    build, a load or a removal leaves them)."""
 
     pool: Rows
     view: np.ndarray
     row: np.ndarray
+    in_order: bool = False
 
     @classmethod
     def packed_from(cls, emb: np.ndarray) -> "ClueVectors":
         """The vectors of ``emb`` (clues, dim), clue ``c`` at row ``c``."""
         pool = _pool(emb)
-        return cls(pool, pool.view, np.arange(len(emb), dtype=np.int64))
+        return cls(pool, pool.view, np.arange(len(emb), dtype=np.int64), True)
 
     @property
     def n_clues(self) -> int:
@@ -57,9 +59,7 @@ class ClueVectors:
     def packed(self) -> np.ndarray:
         """(clues, dim) every clue's vector in clue order: ``view`` itself where it holds them so, else a copy (for a
         snapshot; a search reads ``view`` and ``row``)."""
-        if len(self.view) == len(self.row) and np.array_equal(self.row, np.arange(len(self.row))):
-            return self.view
-        return self.view[self.row]
+        return self.view if self.in_order else self.view[self.row]
 
     def of(self, clues) -> np.ndarray:
         """The vectors of ``clues`` (an index or an int64 array)."""

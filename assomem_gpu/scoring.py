@@ -298,10 +298,12 @@ def candidates(g: MemoryGraph, q, rel, rel_rows, allowed, config: AssoMemConfig,
     if not config.clues or g.n_clues == 0:  # every (allowed) utterance, each question's ascending
         qb, cols = xp.nonzero(xp.ones((n_b, n_utt), bool) if allowed is None else allowed)
     else:
-        clue_view, clue_row, by_clue, owning, starts, sizes = (
+        clue_view, by_clue, owning, starts, sizes = (
             backend.resident(g, name, 0, lambda name=name: getattr(g, name))
-            for name in ("clue_view", "clue_row", "by_clue", "owning", "owning_starts", "clue_sizes"))
-        clue_cos = backend.cosines(clue_view, q)[:, clue_row]  # the clues' rows of the pool, in clue order
+            for name in ("clue_view", "by_clue", "owning", "owning_starts", "clue_sizes"))
+        clue_cos = backend.cosines(clue_view, q)
+        if not g.clue_vectors.in_order:  # the clues' rows of the pool, in clue order
+            clue_cos = clue_cos[:, backend.resident(g, "clue_row", 0, lambda: g.clue_row)]
         sizes = xp.broadcast_to(sizes, (n_b, g.n_clues))
         if rel_rows is not None:  # per clue, its best (probed) utterance's cosine
             best, floor = backend.group_max(rel, rel_rows, utt_clue, g.n_clues)
