@@ -18,17 +18,6 @@ import numpy as np
 from .rows import Rows
 
 
-def _pool(rows: np.ndarray, keep: np.ndarray | None = None) -> Rows:
-    """A pool holding ``rows`` (or those at ``keep``, in its order; float32, one copy) with as many again of room."""
-    n = len(rows) if keep is None else len(keep)
-    buffer = np.empty((max(2 * n, 256), *rows.shape[1:]), np.float32)
-    if keep is None:
-        buffer[:n] = rows
-    else:
-        np.take(rows, keep, axis=0, out=buffer[:n])
-    return Rows.over(buffer, n)
-
-
 @dataclass(frozen=True)
 class ClueVectors:
     """Clue ``c``'s vector is ``view[row[c]]``: ``pool`` the appendable buffer (rows past ``view`` may belong to newer
@@ -44,7 +33,7 @@ class ClueVectors:
     @classmethod
     def packed_from(cls, emb: np.ndarray) -> "ClueVectors":
         """The vectors of ``emb`` (clues, dim), clue ``c`` at row ``c``."""
-        pool = _pool(emb)
+        pool = Rows.holding(emb, len(emb), np.float32)
         return cls(pool, pool.view, np.arange(len(emb), dtype=np.int64), True)
 
     @property
@@ -77,10 +66,10 @@ class ClueVectors:
         row = row.copy()
         if len(self.view) + 1 > 2 * max(len(row), 128):  # packed: the live rows, then this one
             keep = np.delete(row, clue)
-            pool = _pool(self.view, keep)
+            pool = Rows.holding(self.view[keep], len(keep))
             row[np.arange(len(row)) != clue] = np.arange(len(keep))
         else:
-            pool = self.pool if self.pool.n == len(self.view) else _pool(self.view)
+            pool = self.pool if self.pool.n == len(self.view) else Rows.holding(self.view, len(self.view))
         row[clue] = pool.n
         pool.append(np.asarray(vector, np.float32)[None])
         return ClueVectors(pool, pool.view, row)

@@ -34,6 +34,14 @@ class Rows:
         return rows
 
     @classmethod
+    def holding(cls, data: np.ndarray, room: int, dtype=None) -> "Rows":
+        """``data``'s rows (one copy, as ``dtype``; default its own) in a buffer with room for ``room`` more rows (at
+        least 256)."""
+        buffer = np.empty((len(data) + max(room, 256), *np.shape(data)[1:]), dtype or np.asarray(data).dtype)
+        buffer[: len(data)] = data
+        return cls.over(buffer, len(data))
+
+    @classmethod
     def over(cls, buffer: np.ndarray, n: int) -> "Rows":
         """The first ``n`` rows of ``buffer`` held, the rest its room (not copied: the buffer is the Rows' own)."""
         rows = cls(buffer.shape[1:], buffer.dtype)

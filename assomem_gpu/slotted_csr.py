@@ -54,7 +54,7 @@ class SlottedCSR:
                n_utt: int) -> "SlottedCSR":
         """From CSR arrays (columns as node numbers), row after row, in pools with room for as many entries again."""
         nnz = int(indptr[-1])
-        pools = tuple(_with_room(x, nnz) for x in (encode(nodes[:nnz], n_utt), data[:nnz], scaled[:nnz]))
+        pools = tuple(Rows.holding(x, nnz) for x in (encode(nodes[:nnz], n_utt), data[:nnz], scaled[:nnz]))
         indptr = np.asarray(indptr, np.int64)
         return cls(indptr[:-1].copy(), indptr[1:].copy(), n_utt, *(p.view for p in pools), nnz, pools)
 
@@ -107,16 +107,10 @@ class SlottedCSR:
         copy: the other rows are not copied."""
         pools = self.room
         if pools is None or pools[0].n != len(self.indices) or not np.may_share_memory(pools[0].view, self.indices):
-            pools = tuple(_with_room(x, len(x)) for x in (self.indices, self.data, self.scaled))
+            pools = tuple(Rows.holding(x, len(x)) for x in (self.indices, self.data, self.scaled))
         base = pools[0].n
         for pool, x in zip(pools, (indices, data, scaled)):
             pool.append(x)
         start[rows], end[rows] = base + indptr[:-1], base + indptr[1:]
         return SlottedCSR(start, end, n_utt, *(p.view for p in pools), nnz, pools)
 
-
-def _with_room(x: np.ndarray, room: int) -> Rows:
-    """``x`` in a buffer with room for ``room`` more entries (at least 256)."""
-    buf = np.empty(len(x) + max(room, 256), x.dtype)  # the room is written before it is read
-    buf[: len(x)] = x
-    return Rows.over(buf, len(x))
