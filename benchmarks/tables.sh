@@ -40,15 +40,17 @@ for ablation in "lexical-pool 0:no-lexical-pool" "dense-pool 0:no-dense-pool" "c
   run --dataset "$LME" --haystack-sessions 2500 --limit 60 --method assomem --${ablation%%:*} \
       --output "$OUT/longmemeval_l2500_${ablation##*:}.json"
 done
-# all questions at 2,500 sessions, for the paired comparisons (about 20 and 11 minutes)
+# all questions at 2,500 sessions, for the paired comparisons (about 20 minutes for the methods)
 L2500=(--dataset "$LME" --haystack-sessions 2500)
 run "${L2500[@]}" --method assomem,bm25,flat-dense --rankings "$RANKS/l2500_all.jsonl" \
     --output "$OUT/longmemeval_l2500_all_methods.json"
-run "${L2500[@]}" --method assomem --no-clues --rankings "$RANKS/l2500_all.no-clues.jsonl" \
-    --output "$OUT/longmemeval_l2500_all_no-clues.json"
 compare l2500_all bm25 assomem "${L2500[@]}"
 compare l2500_all flat-dense assomem "${L2500[@]}"
-compare l2500_all assomem no-clues "${L2500[@]}"
+for ablation in no-clues no-importance no-temporal no-context; do  # about 10 minutes each
+  run "${L2500[@]}" --method assomem "--$ablation" --rankings "$RANKS/l2500_all.$ablation.jsonl" \
+      --output "$OUT/longmemeval_l2500_all_$ablation.json"
+  compare l2500_all assomem "$ablation" "${L2500[@]}"
+done
 # the shipped fusion weights (assomem_gpu/weights/README.md) applied to MeetingQA, which they never saw
 run --dataset "$MQA" --method assomem --weights assomem_gpu/weights/default.json \
     --output "$OUT/meetingqa_assomem_shipped_weights.json"
