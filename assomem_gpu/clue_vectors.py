@@ -66,7 +66,7 @@ class ClueVectors:
         row = row.copy()
         if len(self.view) + 1 > 2 * max(len(row), 128):  # packed: the live rows, then this one
             keep = np.delete(row, clue)
-            pool = Rows.holding(self.view[keep], len(keep))
+            pool = Rows.holding(self.view, len(keep), take=keep)
             row[np.arange(len(row)) != clue] = np.arange(len(keep))
         else:
             pool = self.pool if self.pool.n == len(self.view) else Rows.holding(self.view, len(self.view))

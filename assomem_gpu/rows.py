@@ -34,12 +34,16 @@ class Rows:
         return rows
 
     @classmethod
-    def holding(cls, data: np.ndarray, room: int, dtype=None) -> "Rows":
-        """``data``'s rows (one copy, as ``dtype``; default its own) in a buffer with room for ``room`` more rows (at
-        least 256)."""
-        buffer = np.empty((len(data) + max(room, 256), *np.shape(data)[1:]), dtype or np.asarray(data).dtype)
-        buffer[: len(data)] = data
-        return cls.over(buffer, len(data))
+    def holding(cls, data: np.ndarray, room: int, dtype=None, take: np.ndarray | None = None) -> "Rows":
+        """``data``'s rows (or its rows ``take``, in that order; one copy, as ``dtype``, default its own) in a buffer
+        with room for ``room`` more rows (at least 256)."""
+        n = len(data) if take is None else len(take)
+        buffer = np.empty((n + max(room, 256), *data.shape[1:]), dtype or data.dtype)
+        if take is None:
+            buffer[:n] = data
+        else:
+            np.take(data, take, axis=0, out=buffer[:n])
+        return cls.over(buffer, n)
 
     @classmethod
     def over(cls, buffer: np.ndarray, n: int) -> "Rows":
