@@ -73,7 +73,8 @@ class ClueState:
     vectors: ClueVectors  # each clue's embedding (float32, L2-normalised), in an appendable pool
     candidates: tuple[np.ndarray, np.ndarray, np.ndarray]  # (i, j, cosine) clue pairs above γ
     # leaders: each clue's first session's embedding, in clue order, which ``grow_clue_state`` appends to in place
-    # (only writes read it) and makes where it is None or holds another number of clues
+    # (only writes read it) and makes where it is None (after a build or a load) or holds another number of clues;
+    # ``shrink_clue_state`` makes them anew
     leader_rows: Rows | None = None
 
     @property
@@ -370,10 +371,10 @@ def grow_clue_state(state: ClueState, session_emb: np.ndarray, config: GraphConf
     leaders = config.clue_merge == "leaders"
     # leaders: each clue's first session, where the labels first reach a clue (clues are numbered by their first
     # session; an add never merges leader clues, so a new clue's is appended); a session is compared to them alone
-    leader = np.flatnonzero(np.diff(np.maximum.accumulate(labels), prepend=-1) > 0) if leaders else None
+    leader = _first_sessions(labels) if leaders else None
     rows = state.leader_rows
     if leaders and (rows is None or rows.n != len(leader)):  # (a gather of the leaders: ~1 ms at 25,000 sessions)
-        rows = Rows(session_emb.shape[1:], np.float32, session_emb[leader])
+        rows = _leader_rows(session_emb, leader)
     for s in range(len(labels), len(session_emb)):
         if leaders:
             near = leader[rows.view @ session_emb[s] > config.delta - 1e-4]
@@ -605,8 +606,20 @@ def shrink_clue_state(state: ClueState, keep: np.ndarray, session_emb: np.ndarra
         ci += [mine, others]
         cj += [others, mine]
         cs += [sims, sims]
+    leader_rows = _leader_rows(session_emb, _first_sessions(new_labels)) if config.clue_merge == "leaders" else None
     return ClueState(new_labels, ClueVectors.packed_from(new_emb),
-                     (np.concatenate(ci), np.concatenate(cj), np.concatenate(cs)))
+                     (np.concatenate(ci), np.concatenate(cj), np.concatenate(cs)), leader_rows)
+
+
+def _first_sessions(labels: np.ndarray) -> np.ndarray:
+    """The first session of each clue, in clue order (clues are numbered by their first session)."""
+    return np.flatnonzero(np.diff(np.maximum.accumulate(labels), prepend=-1) > 0)
+
+
+def _leader_rows(session_emb: np.ndarray, leader: np.ndarray) -> Rows:
+    """The leaders' embeddings, one copy, with room for the adds that append to them (``ClueState.leader_rows``).
+    A removal makes them (it passes over the memory anyway), so that the add after it does not."""
+    return Rows.holding(session_emb, 256, np.float32, take=leader)
 
 
 def _leaders(labels: np.ndarray) -> np.ndarray:

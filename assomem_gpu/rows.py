@@ -35,14 +35,14 @@ class Rows:
 
     @classmethod
     def holding(cls, data: np.ndarray, room: int, dtype=None, take: np.ndarray | None = None) -> "Rows":
-        """``data``'s rows (or its rows ``take``, in that order; one copy, as ``dtype``, default its own) in a buffer
-        with room for ``room`` more rows (at least 256)."""
+        """``data``'s rows (or its rows ``take``, in that order, each a row of ``data``: not checked; one copy, as
+        ``dtype``, default its own) in a buffer with room for ``room`` more rows (at least 256)."""
         n = len(data) if take is None else len(take)
         buffer = np.empty((n + max(room, 256), *data.shape[1:]), dtype or data.dtype)
         if take is None:
             buffer[:n] = data
-        else:
-            np.take(data, take, axis=0, out=buffer[:n])
+        else:  # "clip": numpy buffers ``out`` where it must raise (25,000 rows of 384: 25 ms against 10)
+            np.take(data, take, axis=0, out=buffer[:n], mode="clip")
         return cls.over(buffer, n)
 
     @classmethod

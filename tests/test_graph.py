@@ -79,6 +79,11 @@ def test_leader_clues_grow_and_shrink_as_built():
         assert np.array_equal(state.labels, fresh.labels)
         assert np.array_equal(state.emb, fresh.emb)
         assert key(state.candidates) == key(fresh.candidates)
+        # the removal leaves the leaders' rows made, and an add after it grows them as a build of the same sessions
+        assert np.array_equal(state.leader_rows.view, emb[keep][np.unique(fresh.labels, return_index=True)[1]])
+        more = np.concatenate([emb[keep], emb[~keep][:3]])
+        grown, again = grow_clue_state(state, more, config), clue_state(more, config)
+        assert np.array_equal(grown.labels, again.labels) and key(grown.candidates) == key(again.candidates)
         # a cascade: a session whose leader stayed now leads, or follows another
         first = np.unique(built.labels, return_index=True)[1]
         old_lead, new_lead = first[built.labels][keep], np.flatnonzero(keep)[np.unique(fresh.labels,

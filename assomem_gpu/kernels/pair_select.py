@@ -129,6 +129,49 @@ def _dot(x, a, b):
     return s
 
 
+@njit(cache=True, nogil=True, fastmath=True)
+def _dot8(x, a, b):
+    """The products of row ``a`` with the eight rows ``b``: eight rows stream from memory at once (an add reads
+    rows scattered over the memory, each from DRAM, and one row at a time leaves the memory idle between them)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = np.float32(0.0)
+    for d in range(x.shape[1]):
+        v = x[a, d]
+        s0 += v * x[b[0], d]
+        s1 += v * x[b[1], d]
+        s2 += v * x[b[2], d]
+        s3 += v * x[b[3], d]
+        s4 += v * x[b[4], d]
+        s5 += v * x[b[5], d]
+        s6 += v * x[b[6], d]
+        s7 += v * x[b[7], d]
+    return s0, s1, s2, s3, s4, s5, s6, s7
+
+
+@njit(cache=True, nogil=True)
+def _products(x, qs, ms, block):
+    """``block[a, b]`` = x[qs[a]] · x[ms[b]]. The longer side is read from memory once, eight rows at a time; the
+    few rows of the other side stay in cache (member-major for a list's members against the new rows that probe it,
+    query-major for an add's old rows against its few new ones)."""
+    n_q, n_m = len(qs), len(ms)
+    major = ms if n_m >= n_q else qs
+    minor = qs if n_m >= n_q else ms
+    done = len(major) - len(major) % 8
+    for lo in range(0, done, 8):
+        for j in range(len(minor)):
+            s = _dot8(x, minor[j], major[lo : lo + 8])
+            for t in range(8):
+                if n_m >= n_q:
+                    block[j, lo + t] = s[t]
+                else:
+                    block[lo + t, j] = s[t]
+    for i in range(done, len(major)):
+        for j in range(len(minor)):
+            if n_m >= n_q:
+                block[j, i] = _dot(x, minor[j], major[i])
+            else:
+                block[i, j] = _dot(x, major[i], minor[j])
+
+
 @njit(cache=True, nogil=True)
 def _list_block(lst, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, starts, rows, cols):
     """List ``lst``: the products of the queries that probe it with its members, and each query's pairs above its
@@ -136,16 +179,7 @@ def _list_block(lst, x, members, bounds, q_rows, q_bounds, radius, keep, doubt, 
     m_lo, n_m = bounds[lst], bounds[lst + 1] - bounds[lst]
     q_lo, n_q = q_bounds[lst], q_bounds[lst + 1] - q_bounds[lst]
     block = np.empty((n_q, n_m), np.float32)
-    if n_m >= n_q:  # member-major: each member row is read once from memory, the few queries stay in cache
-        for b in range(n_m):
-            r = members[m_lo + b]
-            for a in range(n_q):
-                block[a, b] = _dot(x, q_rows[q_lo + a], r)
-    else:  # query-major (an add's old rows against its few new ones): each query row is read once
-        for a in range(n_q):
-            q = q_rows[q_lo + a]
-            for b in range(n_m):
-                block[a, b] = _dot(x, q, members[m_lo + b])
+    _products(x, q_rows[q_lo : q_lo + n_q], members[m_lo : m_lo + n_m], block)
     at = starts[lst]
     for a in range(n_q):
         f = _floor(block[a], radius, keep, doubt)
