@@ -39,11 +39,19 @@ def add_store_config_options(p: argparse.ArgumentParser) -> None:
                    help="relevance from each utterance's own vector only, not also its sentences' (sentences.py): an "
                         "add encodes about a quarter as many texts, a search reads fewer vectors, retrieval is worse "
                         "(the shipped fusion weights were calibrated with them)")
+    _add_user_speakers(p)
+
+
+def _add_user_speakers(p) -> None:
+    p.add_argument("--user-speakers", nargs="+", default=list(AssoMemConfig().user_speakers), metavar="NAME",
+                   help="speakers whose turns are the memory user's own (case-insensitive), which the user relevance "
+                        "signal reads")
 
 
 def store_config(args: argparse.Namespace) -> AssoMemConfig:
     """The config ``add_store_config_options``'s options describe (the rest: ``AssoMemConfig``'s defaults)."""
-    return AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge), sentences=not args.no_sentences)
+    return AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge), sentences=not args.no_sentences,
+                         user_speakers=tuple(args.user_speakers))
 
 
 def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--llm") -> None:
@@ -87,6 +95,7 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
     a.add_argument("--context-window", type=int, default=d.context_window,
                    help="turns on each side of an utterance that make its context embedding")
+    _add_user_speakers(a)
     for name in SIGNALS[1:]:  # every signal but relevance
         a.add_argument(f"--no-{name.replace('_', '-')}", action="store_true",
                        help=f"ablation: drop the {name.replace('_', ' ')} signal" + (
@@ -123,7 +132,8 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
                              clue_mix=args.clue_mix, damping=args.damping, ppr_hops=args.ppr_hops,
                              query_probe=args.query_probe, context_window=args.context_window,
                              sentences=not args.no_sentences, temperature=args.temperature,
-                             weight_temperatures=tuple(args.weight_temperatures), bin_edges=tuple(args.bin_edges))
+                             weight_temperatures=tuple(args.weight_temperatures), bin_edges=tuple(args.bin_edges),
+                             user_speakers=tuple(args.user_speakers))
     except ValueError as exc:
         raise ValueError(re.sub(r"(?:AssoMemConfig|GraphConfig)\.(\w+)",
                                 lambda m: "--" + m.group(1).replace("_", "-"), str(exc))) from None

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from .graph import GraphConfig
 
-SIGNALS = ("relevance", "importance", "temporal", "lexical", "context", "session", "lexical_context")
+SIGNALS = ("relevance", "importance", "temporal", "lexical", "context", "session", "lexical_context",
+           "user_relevance")
 CLUE_MODES = ("keywords", "centroid", "llm")
 WEIGHT_TEMPERATURES = (0.05, 0.1, 0.2, 0.5, 1.0)  # a span of T_w to choose from: sharp (one signal per type) to
 # near-equal weights (README, Method notes, Fusion)
@@ -47,12 +48,20 @@ class AssoMemConfig:
     # softmax(U / T_w), U = CMI / H(λ) in [0, 1]: calibration picks one by an inner cross-validation on its own
     # questions (fusion.calibrate_fusion); a single value fixes it
     bin_edges: tuple[float, ...] = (0.5, 0.9)  # quantile edges of the low / medium / high score bins
+    user_speakers: tuple[str, ...] = ("user",)  # speakers whose turns are the memory user's own (stripped,
+    # case-folded): the user_relevance signal reads relevance on them (signals/user_relevance.py)
 
     def __post_init__(self):
         if not isinstance(self.graph, GraphConfig):
             raise TypeError(f"AssoMemConfig.graph must be a GraphConfig, got {type(self.graph).__name__}")
         object.__setattr__(self, "signals", tuple(self.signals))
         object.__setattr__(self, "bin_edges", tuple(self.bin_edges))
+        if isinstance(self.user_speakers, str) or not isinstance(self.user_speakers, Iterable):
+            raise ValueError(f"AssoMemConfig.user_speakers must be a sequence of speaker names, got "
+                             f"{self.user_speakers!r}")
+        object.__setattr__(self, "user_speakers", tuple(self.user_speakers))
+        if not all(isinstance(s, str) and s.strip() for s in self.user_speakers):
+            raise ValueError(f"AssoMemConfig.user_speakers must be non-empty names, got {self.user_speakers!r}")
         if isinstance(self.weight_temperatures, str) or not isinstance(self.weight_temperatures, Iterable):
             raise ValueError(f"AssoMemConfig.weight_temperatures must be a sequence of temperatures, got "
                              f"{self.weight_temperatures!r} (one fixed value: ({self.weight_temperatures!r},))")
@@ -91,7 +100,7 @@ class AssoMemConfig:
     def to_json(self) -> dict:
         out = asdict(self)
         out["signals"], out["bin_edges"] = list(self.signals), list(self.bin_edges)
-        out["weight_temperatures"] = list(self.weight_temperatures)
+        out["weight_temperatures"], out["user_speakers"] = list(self.weight_temperatures), list(self.user_speakers)
         return out
 
     @classmethod

@@ -163,6 +163,7 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                 best[i] = max(best[i], float(np.max(method.encoder.encode(prompted(method.encoder, "passage", texts))
                                                     @ q_emb)))
     columns, active = [], []
+    users = {s.strip().casefold() for s in cfg.user_speakers}
     for name in cfg.signals:
         if name == "relevance":
             col = best[local]
@@ -190,12 +191,16 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
             for i in local:
                 top[session[i]] = max(top.get(session[i], -np.inf), best[i])
             col = [top[session[i]] for i in local]
+        elif name == "user_relevance":  # relevance on the user's turns, the candidates' lowest elsewhere
+            mine = [ds.bank.utt_speakers[utterances[i]].strip().casefold() in users for i in local]
+            col = [best[i] if m else min(best[local]) for i, m in zip(local, mine)]
         else:
             col = question_temporal(index._state, parse_constraint(q.text, q.date), local)  # the index's rows
         col = np.asarray(col, dtype=np.float64)
         z = (col - col.mean()) / col.std() if col.std() > 1e-12 else np.zeros_like(col)
         columns.append(z)
-        active.append(bool(np.any(z != 0)) if name == "temporal" else True)
+        active.append(bool(np.any(z != 0)) if name == "temporal" else
+                      any(mine) and not all(mine) if name == "user_relevance" else True)
     w = fusion.weights(q_emb[None], np.asarray([active]))[0]
     fused = np.zeros(len(local))
     for d, z in enumerate(columns):

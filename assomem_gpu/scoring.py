@@ -1,6 +1,6 @@
 """Signal scoring: a batch of questions against one memory's state, up to each question's candidates and their
-normalised signals (relevance, importance, temporal, lexical, context, session, lexical context), padded to the
-batch's widest candidate list.
+normalised signals (relevance, importance, temporal, lexical, context, session, lexical context, user relevance),
+padded to the batch's widest candidate list.
 
 Every stage runs on the backend's arrays (``backend.xp``: numpy, or CuPy on the device, where the memory's
 embeddings, graph and BM25 weights are uploaded once per index version), so a batch stays where it is scored; only
@@ -26,6 +26,7 @@ from .signals.context import context_scores
 from .signals.lexical_context import lexical_context_scores
 from .signals.session import session_scores
 from .signals.temporal import RESOLVED, TimeConstraint, parse_constraint, temporal_scores
+from .signals.user_relevance import user_relevance_scores
 from .state import MemoryState
 
 CLUE_HEAD = 4  # clues a question ranks first, in multiples of top_clues (``_clue_order``)
@@ -265,11 +266,18 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
         elif name == "temporal":
             with stage("temporal"):
                 signals[:, :, s] = temporal(state, queries, cand, counts, backend)
+        elif name == "user_relevance":
+            own = backend.resident(state, "own", state.version, lambda: state.own)
+            signals[:, :, s] = user_relevance_scores(best, at, valid, own, xp)
     z = backend.zscore(signals, valid)
     active = xp.ones((b, n_sig), bool)
     if "temporal" in config.signals:  # a question without a temporal intent has no temporal signal
         t = config.signals.index("temporal")
         active[:, t] = xp.any(z[:, :, t] != 0, axis=1)
+    if "user_relevance" in config.signals:  # nor one whose candidates are all the user's, or none, a user relevance
+        # signal
+        mine = backend.resident(state, "own", state.version, lambda: state.own)[at]
+        active[:, config.signals.index("user_relevance")] = xp.any(valid & mine, axis=1) & xp.any(valid & ~mine, axis=1)
     return Scored(cand, counts, z, active, rel.values, rel.rows, None if rel.rows is None else rel.everything)
 
 

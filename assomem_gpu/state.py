@@ -27,6 +27,7 @@ from .sentences import SENTENCES_VERSION, rows_of, sentence_texts, starts_of
 from .signals.context import context_norms
 from .signals.lexical import BM25Index, TermCounts
 from .signals.temporal import TIME_MARKS_VERSION, time_mark, windows
+from .signals.user_relevance import own_turns
 
 Turn = tuple[str, str, str]  # (utterance id, speaker, text)
 
@@ -78,6 +79,7 @@ class MemoryState:
         self._mentions: list[np.ndarray | None] = []  # per utterance: times it mentions (made on first use)
         self._times = Rows(dtype=np.float64)  # per utterance: its session's date (NaN unknown)
         self._session_of = Rows(dtype=np.int64)  # per utterance: its session's row
+        self._own = Rows(dtype=np.bool_)  # per utterance: whether the memory's user said it (config.user_speakers)
         self.version = 0  # counts the writes: device copies of the embeddings and BM25 weights are kept per version
 
     @property
@@ -99,6 +101,11 @@ class MemoryState:
     def session_of(self) -> np.ndarray:
         """Per utterance: its session's row (int64)."""
         return self._session_of.view
+
+    @property
+    def own(self) -> np.ndarray:
+        """Per utterance: whether one of ``config.user_speakers`` said it (bool; ``signals.user_relevance``)."""
+        return self._own.view
 
     @property
     def sentence_counts(self) -> np.ndarray:
@@ -170,6 +177,8 @@ class MemoryState:
         counts = [len(turns) for _, _, turns, _ in sessions]
         self._times.append(np.repeat(np.asarray([date for _, date, _, _ in sessions], np.float64), counts))
         self._session_of.append(np.repeat(np.arange(first, first + len(sessions), dtype=np.int64), counts))
+        self._own.append(own_turns([speaker for _, _, turns, _ in sessions for _, speaker, _ in turns],
+                                   self.config.user_speakers))
         self.emb.append(emb)
         self.clue_emb.append(derived.clue_emb)
         self._time_marks.append(derived.time_marks)
@@ -200,7 +209,7 @@ class MemoryState:
         self.metadata = list(compress(self.metadata, keep_s))
         self.emb.keep(keep_u)
         self.clue_emb.keep(keep_s)
-        for rows in (self._time_marks, self._times, self._session_of, self._sentence_counts):
+        for rows in (self._time_marks, self._times, self._session_of, self._own, self._sentence_counts):
             rows.keep(keep_u)
         self.session_of[:] = (np.cumsum(keep_s) - 1)[self.session_of]
         self._mentions = list(compress(self._mentions, keep_u))
@@ -277,6 +286,7 @@ class MemoryState:
         counts = np.diff(bank.offset_array)
         state._times = Rows(dtype=np.float64, data=np.repeat(np.asarray(bank.session_dates, np.float64), counts))
         state._session_of = Rows(dtype=np.int64, data=bank.utt_session())
+        state._own = Rows(dtype=np.bool_, data=own_turns(bank.utt_speakers, config.user_speakers))
         state._mentions = [None] * bank.n_utterances
         if state.lexical is not None:
             state.lexical = BM25Index.from_arrays(documents["bm25_vocabulary"], arrays)

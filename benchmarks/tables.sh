@@ -22,8 +22,8 @@ for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
   set -- $pair
   run --dataset "$2" --method "$METHODS" --output "$OUT/$1_methods.json" --plot "$OUT/plots/$1" \
       --rankings "$RANKS/$1.jsonl"
-  for ablation in no-temporal no-importance no-lexical no-context no-session no-lexical-context no-clues fixed-weights \
-      no-sentences; do
+  for ablation in no-temporal no-importance no-lexical no-context no-session no-lexical-context no-user-relevance \
+      no-clues fixed-weights no-sentences; do
     run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json" \
         --rankings "$RANKS/$1.$ablation.jsonl"
     compare "$1" assomem "$ablation" --dataset "$2"
@@ -46,7 +46,7 @@ run "${L2500[@]}" --method assomem,bm25,flat-dense --rankings "$RANKS/l2500_all.
     --output "$OUT/longmemeval_l2500_all_methods.json"
 compare l2500_all bm25 assomem "${L2500[@]}"
 compare l2500_all flat-dense assomem "${L2500[@]}"
-for ablation in no-clues no-importance no-temporal no-context; do  # about 10 minutes each
+for ablation in no-clues no-importance no-temporal no-context no-user-relevance; do  # about 10 minutes each
   run "${L2500[@]}" --method assomem "--$ablation" --rankings "$RANKS/l2500_all.$ablation.jsonl" \
       --output "$OUT/longmemeval_l2500_all_$ablation.json"
   compare l2500_all assomem "$ablation" "${L2500[@]}"

@@ -58,6 +58,7 @@ def assert_same(a: MemoryIndex, b: MemoryIndex):
     sa, sb = a._state, b._state
     assert sa.bank == sb.bank and sa.metadata == sb.metadata
     assert np.array_equal(sa.emb.view, sb.emb.view) and np.array_equal(sa.time_marks, sb.time_marks)
+    assert np.array_equal(sa.own, sb.own)
     if sa.context is not None:
         assert np.array_equal(sa.context.view, sb.context.view)
     assert np.array_equal(sa.sentence_counts, sb.sentence_counts)
@@ -722,6 +723,17 @@ def test_weight_temperatures_are_checked_and_a_config_saved_with_one_fixes_it():
     assert AssoMemConfig.from_json(several.to_json()) == several and several.weight_temperatures == (0.05, 0.5)
 
 
+def test_user_speakers_are_checked_and_saved_with_the_config():
+    for bad in ("user", ["user", ""], ("  ",), (1,), None):
+        with pytest.raises(ValueError, match="user_speakers"):
+            AssoMemConfig(user_speakers=bad)
+    config = AssoMemConfig(user_speakers=["Me", "caller"])
+    assert config.user_speakers == ("Me", "caller") and AssoMemConfig.from_json(config.to_json()) == config
+    saved = AssoMemConfig().to_json()
+    del saved["user_speakers"]  # a config saved before them: the user is "user"
+    assert AssoMemConfig.from_json(saved).user_speakers == ("user",)
+
+
 @pytest.mark.parametrize("query_probe", [0, 2])
 def test_a_question_gets_the_same_hits_and_scores_to_the_bit_alone_or_in_a_batch(query_probe):
     """Every product and sum a question's scores come from is its own, in the same order, in any batch: the ids and
@@ -744,3 +756,22 @@ def test_a_question_gets_the_same_hits_and_scores_to_the_bit_alone_or_in_a_batch
         alone = index.search(q, k=15, question_date=1_700_000_000.0)
         assert [(h.utterance_id, h.score, h.signals) for h in hits] == [(h.utterance_id, h.score, h.signals)
                                                                         for h in alone]
+
+
+def test_user_relevance_ranks_a_memory_of_named_speakers_as_without_it():
+    """The signal reads relevance on the user's turns: with "user" / "assistant" speakers it moves the ranking, with
+    named ones (no turn is the user's) every question ranks as an index without the signal does."""
+    with_it = AssoMemConfig(top_clues=2, min_candidates=3, dense_pool=3, graph=GraphConfig(delta=0.5, gamma=0.3))
+    without = dataclasses.replace(with_it, signals=tuple(s for s in with_it.signals if s != "user_relevance"))
+    questions = ["apple river guitar", "coffee last week", "chess sister bakery", "doctor winter garden"]
+
+    def ranked(config, speakers):
+        sessions = [Session(s.id, s.date, [Utterance(u.text, speakers[t % 2]) for t, u in enumerate(s.utterances)])
+                    for s in random_sessions(4, 30)]
+        index = make_index(config)
+        index.add_sessions(sessions)
+        return [[h.utterance_id for h in hits] for hits in index.search(questions, k=12,
+                                                                          question_date=1_700_000_000.0)]
+
+    assert ranked(with_it, ["Ann", "Bob"]) == ranked(without, ["Ann", "Bob"])
+    assert ranked(with_it, ["User", "assistant"]) != ranked(without, ["User", "assistant"])

@@ -397,6 +397,21 @@ def test_session_is_the_best_relevance_among_the_candidates_of_the_same_session(
     assert np.array_equal(session_scores(rel_at, at, valid, session, device_like), got)
 
 
+def test_user_relevance_is_the_relevance_of_the_users_turns_and_the_lowest_elsewhere():
+    from assomem_gpu.signals.user_relevance import own_turns, user_relevance_scores
+
+    assert own_turns(["user", " User ", "assistant", "Alice", "USER"], ["user"]).tolist() == [1, 1, 0, 0, 1]
+    assert own_turns(["Alice", "Bob", "Carol"], ["alice", "BOB"]).tolist() == [1, 1, 0]
+    assert own_turns(["user"], []).tolist() == [0]
+    own = np.array([True, False, True, False, False, True])
+    best = np.array([[0.9, 0.2, 0.5, 0.7], [0.1, 0.3, 0.0, 0.0]])
+    at = np.array([[0, 1, 3, 5], [2, 4, 0, 0]])
+    valid = np.array([[True] * 4, [True, True, False, False]])
+    got = user_relevance_scores(best, at, valid, own, np)
+    assert got.tolist() == [[0.9, 0.2, 0.2, 0.7], [0.1, 0.1, 0.0, 0.0]]  # padding 0, not its row's lowest
+    assert user_relevance_scores(best[:, :0], at[:, :0], valid[:, :0], own, np).shape == (2, 0)
+
+
 def test_lexical_context_is_the_bm25_score_of_the_turn_before_in_the_same_session():
     """A turn that answers the one holding the question's words gets that turn's BM25 score; a session's first turn
     gets 0 (the turn before it is another session's), whatever its own score; with the rows' own scores known the
