@@ -50,8 +50,11 @@ def _add_user_speakers(p) -> None:
 
 def store_config(args: argparse.Namespace) -> AssoMemConfig:
     """The config ``add_store_config_options``'s options describe (the rest: ``AssoMemConfig``'s defaults)."""
-    return AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge), sentences=not args.no_sentences,
-                         user_speakers=tuple(args.user_speakers))
+    try:
+        return AssoMemConfig(graph=GraphConfig(clue_merge=args.clue_merge), sentences=not args.no_sentences,
+                             user_speakers=tuple(args.user_speakers))
+    except ValueError as exc:
+        raise _named_options(exc) from None
 
 
 def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--llm") -> None:
@@ -135,8 +138,13 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
                              weight_temperatures=tuple(args.weight_temperatures), bin_edges=tuple(args.bin_edges),
                              user_speakers=tuple(args.user_speakers))
     except ValueError as exc:
-        raise ValueError(re.sub(r"(?:AssoMemConfig|GraphConfig)\.(\w+)",
-                                lambda m: "--" + m.group(1).replace("_", "-"), str(exc))) from None
+        raise _named_options(exc) from None
+
+
+def _named_options(exc: ValueError) -> ValueError:
+    """A config's error with its fields named as the command line's options."""
+    return ValueError(re.sub(r"(?:AssoMemConfig|GraphConfig)\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"),
+                             str(exc)))
 
 
 def build_methods(args: argparse.Namespace, encoder: Encoder, backend: Backend) -> list[Method]:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from .graph import GraphConfig
 
 SIGNALS = ("relevance", "importance", "temporal", "lexical", "context", "session", "lexical_context",
-           "user_relevance")
+           "user_relevance")  # as many as the fused top-K kernels take (kernels/fused_topk.py, MAX_SIGNALS)
 CLUE_MODES = ("keywords", "centroid", "llm")
 WEIGHT_TEMPERATURES = (0.05, 0.1, 0.2, 0.5, 1.0)  # a span of T_w to choose from: sharp (one signal per type) to
 # near-equal weights (README, Method notes, Fusion)
@@ -48,8 +48,8 @@ class AssoMemConfig:
     # softmax(U / T_w), U = CMI / H(λ) in [0, 1]: calibration picks one by an inner cross-validation on its own
     # questions (fusion.calibrate_fusion); a single value fixes it
     bin_edges: tuple[float, ...] = (0.5, 0.9)  # quantile edges of the low / medium / high score bins
-    user_speakers: tuple[str, ...] = ("user",)  # speakers whose turns are the memory user's own (stripped,
-    # case-folded): the user_relevance signal reads relevance on them (signals/user_relevance.py)
+    user_speakers: tuple[str, ...] = ("user",)  # speakers whose turns are the memory user's own (held stripped and
+    # case-folded, and so compared): the user_relevance signal reads relevance on them (signals/user_relevance.py)
 
     def __post_init__(self):
         if not isinstance(self.graph, GraphConfig):
@@ -59,9 +59,9 @@ class AssoMemConfig:
         if isinstance(self.user_speakers, str) or not isinstance(self.user_speakers, Iterable):
             raise ValueError(f"AssoMemConfig.user_speakers must be a sequence of speaker names, got "
                              f"{self.user_speakers!r}")
-        object.__setattr__(self, "user_speakers", tuple(self.user_speakers))
         if not all(isinstance(s, str) and s.strip() for s in self.user_speakers):
             raise ValueError(f"AssoMemConfig.user_speakers must be non-empty names, got {self.user_speakers!r}")
+        object.__setattr__(self, "user_speakers", tuple(s.strip().casefold() for s in self.user_speakers))
         if isinstance(self.weight_temperatures, str) or not isinstance(self.weight_temperatures, Iterable):
             raise ValueError(f"AssoMemConfig.weight_temperatures must be a sequence of temperatures, got "
                              f"{self.weight_temperatures!r} (one fixed value: ({self.weight_temperatures!r},))")

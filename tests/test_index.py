@@ -727,11 +727,18 @@ def test_user_speakers_are_checked_and_saved_with_the_config():
     for bad in ("user", ["user", ""], ("  ",), (1,), None):
         with pytest.raises(ValueError, match="user_speakers"):
             AssoMemConfig(user_speakers=bad)
-    config = AssoMemConfig(user_speakers=["Me", "caller"])
-    assert config.user_speakers == ("Me", "caller") and AssoMemConfig.from_json(config.to_json()) == config
+    config = AssoMemConfig(user_speakers=[" Me", "CALLER"])
+    assert config.user_speakers == ("me", "caller") and AssoMemConfig.from_json(config.to_json()) == config
+    assert config.ranks_like(AssoMemConfig(user_speakers=["me", "Caller "]))
     saved = AssoMemConfig().to_json()
     del saved["user_speakers"]  # a config saved before them: the user is "user"
     assert AssoMemConfig.from_json(saved).user_speakers == ("user",)
+    import argparse
+
+    from assomem_gpu.cli_options import store_config
+
+    with pytest.raises(ValueError, match="--user-speakers must be non-empty names"):  # the server's option, named
+        store_config(argparse.Namespace(clue_merge="leaders", no_sentences=False, user_speakers=["user", " "]))
 
 
 @pytest.mark.parametrize("query_probe", [0, 2])

@@ -407,9 +407,9 @@ def test_user_relevance_is_the_relevance_of_the_users_turns_and_the_lowest_elsew
     best = np.array([[0.9, 0.2, 0.5, 0.7], [0.1, 0.3, 0.0, 0.0]])
     at = np.array([[0, 1, 3, 5], [2, 4, 0, 0]])
     valid = np.array([[True] * 4, [True, True, False, False]])
-    got = user_relevance_scores(best, at, valid, own, np)
+    got = user_relevance_scores(best, own[at], valid, np)
     assert got.tolist() == [[0.9, 0.2, 0.2, 0.7], [0.1, 0.1, 0.0, 0.0]]  # padding 0, not its row's lowest
-    assert user_relevance_scores(best[:, :0], at[:, :0], valid[:, :0], own, np).shape == (2, 0)
+    assert user_relevance_scores(best[:, :0], own[at][:, :0], valid[:, :0], np).shape == (2, 0)
 
 
 def test_lexical_context_is_the_bm25_score_of_the_turn_before_in_the_same_session():
