@@ -42,7 +42,8 @@ def add_store_config_options(p: argparse.ArgumentParser) -> None:
     _add_user_speakers(p)
 
 
-def _add_user_speakers(p) -> None:
+def _add_user_speakers(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--user-speakers``, for the store's command lines and the retriever's (the same default and check)."""
     p.add_argument("--user-speakers", nargs="+", default=list(AssoMemConfig().user_speakers), metavar="NAME",
                    help="speakers whose turns are the memory user's own (case-insensitive), which the user relevance "
                         "signal reads")

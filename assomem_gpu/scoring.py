@@ -236,9 +236,9 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             held = backend.resident(state, "sentence_counts", state.version, lambda: state.sentence_counts)
             best = best_cosines(rel_at, q, at, valid, vectors, starts, held, backend)
     own_bm25 = functools.cache(lambda: lexical(state, terms, at, backend))  # the candidates' BM25, for either
+    # lexical signal
     mine = backend.resident(state, "own", state.version, lambda: state.own)[at] \
         if "user_relevance" in config.signals else None  # whether the user said each candidate
-    # lexical signal
     for s, name in enumerate(config.signals):
         if name == "relevance":
             signals[:, :, s] = best
@@ -276,7 +276,8 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
         t = config.signals.index("temporal")
         active[:, t] = xp.any(z[:, :, t] != 0, axis=1)
     if mine is not None:  # nor one whose candidates are all the user's, or none, a user relevance signal
-        active[:, config.signals.index("user_relevance")] = xp.any(valid & mine, axis=1) & xp.any(valid & ~mine, axis=1)
+        u = config.signals.index("user_relevance")
+        active[:, u] = xp.any(valid & mine, axis=1) & xp.any(valid & ~mine, axis=1)
     return Scored(cand, counts, z, active, rel.values, rel.rows, None if rel.rows is None else rel.everything)
 
 
