@@ -94,8 +94,11 @@ class AssoMemConfig:
 
     def ranks_like(self, other: AssoMemConfig) -> bool:
         """Whether an index built with ``other`` holds and ranks what one built with this config does: the two may
-        differ only in what calibration alone reads (``weight_temperatures``, ``bin_edges``)."""
-        return replace(other, weight_temperatures=self.weight_temperatures, bin_edges=self.bin_edges) == self
+        differ only in what calibration alone reads (``weight_temperatures``, ``bin_edges``), and in ``user_speakers``
+        where neither ranks by the user relevance signal."""
+        unread = {} if "user_relevance" in self.signals + other.signals else {"user_speakers": self.user_speakers}
+        return replace(other, weight_temperatures=self.weight_temperatures, bin_edges=self.bin_edges,
+                       **unread) == self
 
     def to_json(self) -> dict:
         out = asdict(self)

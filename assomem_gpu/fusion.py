@@ -7,7 +7,8 @@ softmax(U / T_w) with U = CMI / H(λ | q), the CMI as a share of the label's ent
 types whose evidence rates differ; given several T_w, calibration chooses one by an inner cross-validation on its
 questions (``calibrate_fusion``), from sharp weights (one signal per type) to near-equal ones. At inference a
 logistic-regression classifier over question embeddings predicts the type, and the weights are the classifier's
-probability-weighted mix of the per-type weights.
+probability-weighted mix of the per-type weights, each first renormalised over the question's active signals (so a
+signal a question lacks weighs as if the model had been fitted without it).
 """
 from __future__ import annotations
 
@@ -98,9 +99,12 @@ class FusionModel:
         return p / p.sum(axis=1, keepdims=True)
 
     def weights(self, q_emb: np.ndarray, active: np.ndarray) -> np.ndarray:
-        """(B, n_signals) weights: the type-probability mix, renormalised over each question's active signals."""
-        w = _row_products(self.type_probabilities(q_emb), self.type_weights.T) * active
-        return w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)
+        """(B, n_signals) weights: each type's weights renormalised over the question's active signals (the softmax
+        of its CMI over those signals alone, as if fitted without the others), then mixed by the type probabilities."""
+        per_type = self.type_weights[None, :, :] * active[:, None, :]  # (B, n_types, n_signals)
+        per_type = per_type / np.maximum(per_type.sum(axis=2, keepdims=True), 1e-12)
+        w = (self.type_probabilities(q_emb)[:, :, None] * per_type).sum(axis=1)
+        return w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)  # (the float32 probabilities sum to 1 ± 1e-7)
 
     def to_json(self) -> dict:
         out = {"signals": self.signals, "types": self.types, "cmi": self.cmi.tolist(),

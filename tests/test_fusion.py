@@ -5,7 +5,7 @@ import pytest
 
 from assomem_gpu.backend import get_backend
 from assomem_gpu.config import AssoMemConfig
-from assomem_gpu.fusion import (calibrate_fusion, conditional_mi, fit_fusion, fixed_weights, load_weights,
+from assomem_gpu.fusion import (calibrate_fusion, conditional_mi, fit_fusion, fixed_weights, FusionModel, load_weights,
                                 mutual_information, quantile_bins, save_weights)
 from assomem_gpu.scoring import Features
 
@@ -60,7 +60,7 @@ def test_classifier_mixes_type_weights_and_roundtrips(tmp_path):
     w = model.weights(np.stack([centres["a"], centres["b"]]).astype(np.float32), np.ones((2, 2), bool))
     assert w[0, 0] > 0.8 and w[1, 1] > 0.8
     # an inactive signal gets no weight
-    assert model.weights(emb[:1], np.array([[True, False]]))[0].tolist() == [1.0, 0.0]
+    assert np.allclose(model.weights(emb[:1], np.array([[True, False]]))[0], [1.0, 0.0], rtol=0, atol=1e-12)
     path = tmp_path / "w.json"
     save_weights(path, model, {"top_clues": 3})
     again, config = load_weights(path)
@@ -112,3 +112,22 @@ def test_fixed_weights_are_uniform_and_bad_files_are_rejected(tmp_path):
     bad.write_text(json.dumps({"nope": 1}))
     with pytest.raises(ValueError, match="not a weights file"):
         load_weights(bad)
+
+
+def test_an_inactive_signal_weighs_as_if_fitted_without_it():
+    """Where types mix, a question without signal z gets the weights of the model whose CMI never had z: each type's
+    weights renormalised over the active signals before the mix (renormalising the mix would shift weight towards
+    the types that gave z most)."""
+    rng = np.random.default_rng(3)
+    cmi = rng.uniform(0, 0.3, size=(3, 4))
+    coef, intercept = rng.normal(size=(3, 5)).astype(np.float32), rng.normal(size=3).astype(np.float32)
+    model = FusionModel(["a", "b", "c", "z"], ["t1", "t2", "t3"], cmi, 0.1, coef, intercept)
+    without = FusionModel(["a", "b", "c"], ["t1", "t2", "t3"], cmi[:, :3], 0.1, coef, intercept)
+    q = rng.normal(size=(6, 5)).astype(np.float32)
+    active = np.ones((6, 4), bool)
+    active[:, 3] = False
+    w = model.weights(q, active)
+    assert np.all(w[:, 3] == 0) and np.allclose(w[:, :3], without.weights(q, np.ones((6, 3), bool)), atol=1e-12)
+    mixed_then_renormalised = model.type_probabilities(q) @ model.type_weights[:, :3]
+    mixed_then_renormalised /= mixed_then_renormalised.sum(axis=1, keepdims=True)
+    assert not np.allclose(w[:, :3], mixed_then_renormalised, atol=1e-3)

@@ -730,6 +730,9 @@ def test_user_speakers_are_checked_and_saved_with_the_config():
     config = AssoMemConfig(user_speakers=[" Me", "CALLER"])
     assert config.user_speakers == ("me", "caller") and AssoMemConfig.from_json(config.to_json()) == config
     assert config.ranks_like(AssoMemConfig(user_speakers=["me", "Caller "]))
+    assert not config.ranks_like(AssoMemConfig())  # the signal reads them
+    without = [s for s in config.signals if s != "user_relevance"]
+    assert dataclasses.replace(config, signals=without).ranks_like(AssoMemConfig(signals=without))  # none reads them
     saved = AssoMemConfig().to_json()
     del saved["user_speakers"]  # a config saved before them: the user is "user"
     assert AssoMemConfig.from_json(saved).user_speakers == ("user",)
