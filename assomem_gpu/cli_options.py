@@ -96,6 +96,9 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
                         "cross-validation on its questions (default 0.05 0.1 0.2 0.5 1); one value fixes it")
     a.add_argument("--bin-edges", type=float, nargs="+", default=list(d.bin_edges),
                    help="quantile edges of the CMI score bins (two edges: low / medium / high)")
+    a.add_argument("--type-prior", type=float, default=d.type_prior,
+                   help="calibration shrinks each question type's CMI towards all questions' as if this many "
+                        "questions said the latter; 0: each type's own")
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
     a.add_argument("--context-window", type=int, default=d.context_window,
                    help="turns on each side of an utterance that make its context embedding")
@@ -137,7 +140,7 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
                              query_probe=args.query_probe, context_window=args.context_window,
                              sentences=not args.no_sentences, temperature=args.temperature,
                              weight_temperatures=tuple(args.weight_temperatures), bin_edges=tuple(args.bin_edges),
-                             user_speakers=tuple(args.user_speakers))
+                             type_prior=args.type_prior, user_speakers=tuple(args.user_speakers))
     except ValueError as exc:
         raise _named_options(exc) from None
 

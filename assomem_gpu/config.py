@@ -48,6 +48,8 @@ class AssoMemConfig:
     # softmax(U / T_w), U = CMI / H(λ) in [0, 1]: calibration picks one by an inner cross-validation on its own
     # questions (fusion.calibrate_fusion); a single value fixes it
     bin_edges: tuple[float, ...] = (0.5, 0.9)  # quantile edges of the low / medium / high score bins
+    type_prior: float = 10.0  # calibration shrinks each question type's CMI towards all its questions' CMI as if
+    # that many questions said the latter: (n·CMI_type + prior·CMI_all) / (n + prior); 0 = each type's own
     user_speakers: tuple[str, ...] = ("user",)  # speakers whose turns are the memory user's own (held stripped and
     # case-folded, and so compared): the user_relevance signal reads relevance on them (signals/user_relevance.py)
 
@@ -82,6 +84,7 @@ class AssoMemConfig:
         _in_range("damping", self.damping, 0, 1, closed=False)
         for name in ("tol", "temperature"):
             _in_range(name, getattr(self, name), 0, math.inf, closed=False)
+        _in_range("type_prior", self.type_prior, 0, math.inf, closed=True)
         for t in self.weight_temperatures:
             _in_range("weight_temperatures", t, 0, math.inf, closed=False)
         if not self.weight_temperatures or list(self.weight_temperatures) != sorted(set(self.weight_temperatures)):
@@ -94,11 +97,11 @@ class AssoMemConfig:
 
     def ranks_like(self, other: AssoMemConfig) -> bool:
         """Whether an index built with ``other`` holds and ranks what one built with this config does: the two may
-        differ only in what calibration alone reads (``weight_temperatures``, ``bin_edges``), and in ``user_speakers``
-        where neither ranks by the user relevance signal."""
+        differ only in what calibration alone reads (``weight_temperatures``, ``bin_edges``, ``type_prior``), and in
+        ``user_speakers`` where neither ranks by the user relevance signal."""
         unread = {} if "user_relevance" in self.signals + other.signals else {"user_speakers": self.user_speakers}
         return replace(other, weight_temperatures=self.weight_temperatures, bin_edges=self.bin_edges,
-                       **unread) == self
+                       type_prior=self.type_prior, **unread) == self
 
     def to_json(self) -> dict:
         out = asdict(self)

@@ -5,7 +5,9 @@ quantile edges, default the median and the 90th percentile: evidence is sparse, 
 with their usefulness label λ (evidence or not); CMI_d(q) = I(bin; λ | type = q). Weights are
 softmax(U / T_w) with U = CMI / H(λ | q), the CMI as a share of the label's entropy, so that one temperature suits
 types whose evidence rates differ; given several T_w, calibration chooses one by an inner cross-validation on its
-questions (``calibrate_fusion``), from sharp weights (one signal per type) to near-equal ones. At inference a
+questions (``calibrate_fusion``), from sharp weights (one signal per type) to near-equal ones. A type of few
+questions measures its CMI on few evidence turns: calibration shrinks it towards the CMI of all the questions
+(``AssoMemConfig.type_prior``, in questions; ``fit_fusion``). At inference a
 logistic-regression classifier over question embeddings predicts the type, and the weights are the classifier's
 probability-weighted mix of the per-type weights, each first renormalised over the question's active signals (so a
 signal a question lacks weighs as if the model had been fitted without it).
@@ -135,8 +137,13 @@ def fixed_weights(signals: Sequence[str]) -> FusionModel:
 
 def fit_fusion(signals: Sequence[str], types: Sequence[str | None], scores: Sequence[np.ndarray],
                labels: Sequence[np.ndarray], active: Sequence[np.ndarray], q_emb: np.ndarray,
-               bin_edges: Sequence[float], weight_temperature: float) -> FusionModel:
-    """CMI weights per type from calibration questions, and the type classifier over their embeddings."""
+               bin_edges: Sequence[float], weight_temperature: float, type_prior: float = 0.0) -> FusionModel:
+    """CMI weights per type from calibration questions, and the type classifier over their embeddings.
+
+    ``type_prior`` (questions, ≥ 0): each type's CMI is shrunk towards the CMI of all the questions as if that many
+    questions had measured the latter, (n·CMI_type + prior·CMI_all) / (n + prior) for a type of n questions: a type
+    with a handful of questions (bins of a few evidence turns) takes most of its weights from the whole set, one with
+    hundreds keeps its own. 0: each type's own CMI."""
     if len(types) == 0:
         raise ValueError("no calibration question has evidence: the fusion weights cannot be fitted")
     names = [t if t is not None else UNTYPED for t in types]
@@ -146,6 +153,9 @@ def fit_fusion(signals: Sequence[str], types: Sequence[str | None], scores: Sequ
                                    [active[i] for i in range(len(names)) if names[i] == t], bin_edges) for t in kinds])
     coef = intercept = None
     if len(kinds) > 1:
+        if type_prior > 0:
+            n = np.array([names.count(t) for t in kinds], np.float64)[:, None]
+            cmi = (n * cmi + type_prior * conditional_mi(scores, labels, active, bin_edges)) / (n + type_prior)
         from sklearn.linear_model import LogisticRegression
 
         clf = LogisticRegression(max_iter=2000, C=4.0).fit(q_emb, names)
@@ -176,7 +186,7 @@ def calibrate_fusion(signals: Sequence[str], types: Sequence[str | None], feats:
     def fitted(qs, weight_temperature):
         return fit_fusion(list(signals), [types[i] for i in qs], [feats[i].scores for i in qs],
                           [np.isin(feats[i].candidates, evidence[i]) for i in qs], [feats[i].active for i in qs],
-                          q_emb[qs], config.bin_edges, weight_temperature)
+                          q_emb[qs], config.bin_edges, weight_temperature, config.type_prior)
 
     temperatures = config.weight_temperatures
     model = fitted(list(range(len(types))), temperatures[0])

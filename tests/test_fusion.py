@@ -131,3 +131,31 @@ def test_an_inactive_signal_weighs_as_if_fitted_without_it():
     mixed_then_renormalised = model.type_probabilities(q) @ model.type_weights[:, :3]
     mixed_then_renormalised /= mixed_then_renormalised.sum(axis=1, keepdims=True)
     assert not np.allclose(w[:, :3], mixed_then_renormalised, atol=1e-3)
+
+
+def test_the_type_prior_shrinks_a_small_types_cmi_towards_all_questions():
+    """A type of few questions takes its CMI mostly from all the questions', a type of many keeps most of its own:
+    (n·CMI_type + prior·CMI_all) / (n + prior); prior 0 leaves each type's own."""
+    rng = np.random.default_rng(4)
+    types = ["big"] * 60 + ["small"] * 2
+    scores, labels = [], []
+    for t in types:  # signal 0 finds the evidence of "big" questions, signal 1 that of "small" ones
+        lab = np.zeros(40, bool)
+        lab[:2] = True
+        s = rng.normal(size=(40, 2))
+        s[:2, 0 if t == "big" else 1] += 4
+        scores.append(s)
+        labels.append(lab)
+    active, emb = [np.ones(2, bool)] * len(types), rng.normal(size=(len(types), 6)).astype(np.float32)
+    own = fit_fusion(["a", "b"], types, scores, labels, active, emb, (0.5, 0.9), 0.1)
+    shrunk = fit_fusion(["a", "b"], types, scores, labels, active, emb, (0.5, 0.9), 0.1, type_prior=10.0)
+    pooled = conditional_mi(scores, labels, active, (0.5, 0.9))
+    for t, n in (("big", 60), ("small", 2)):
+        k = own.types.index(t)
+        assert np.allclose(shrunk.cmi[k], (n * own.cmi[k] + 10 * pooled) / (n + 10))
+    big, small = own.types.index("big"), own.types.index("small")
+    assert own.cmi[small, 1] > own.cmi[small, 0] and shrunk.cmi[small, 0] > shrunk.cmi[small, 1]  # the small type
+    # leans on its two questions alone, then on all
+    assert np.abs(shrunk.cmi[big] - own.cmi[big]).max() < np.abs(shrunk.cmi[small] - own.cmi[small]).max()
+    with pytest.raises(ValueError, match="type_prior"):
+        AssoMemConfig(type_prior=-1.0)

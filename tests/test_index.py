@@ -768,17 +768,28 @@ def test_a_question_gets_the_same_hits_and_scores_to_the_bit_alone_or_in_a_batch
                                                                         for h in alone]
 
 
-def test_user_relevance_ranks_a_memory_of_named_speakers_as_without_it():
+@pytest.mark.parametrize("typed", [False, True])
+def test_user_relevance_ranks_a_memory_of_named_speakers_as_without_it(typed):
     """The signal reads relevance on the user's turns: with "user" / "assistant" speakers it moves the ranking, with
-    named ones (no turn is the user's) every question ranks as an index without the signal does."""
+    named ones (no turn is the user's) every question ranks as an index without the signal does, with one set of
+    weights and with several question types' weights mixed by a classifier (``typed``)."""
+    from assomem_gpu.fusion import FusionModel, restrict
+
     with_it = AssoMemConfig(top_clues=2, min_candidates=3, dense_pool=3, graph=GraphConfig(delta=0.5, gamma=0.3))
     without = dataclasses.replace(with_it, signals=tuple(s for s in with_it.signals if s != "user_relevance"))
     questions = ["apple river guitar", "coffee last week", "chess sister bakery", "doctor winter garden"]
+    rng = np.random.default_rng(5)
+    cmi = np.zeros((3, len(with_it.signals)))  # type a weighs relevance, b user relevance then BM25, c the context
+    cmi[0, with_it.signals.index("relevance")] = cmi[2, with_it.signals.index("context")] = 0.3
+    cmi[1, with_it.signals.index("user_relevance")], cmi[1, with_it.signals.index("lexical")] = 0.6, 0.3
+    model = FusionModel(list(with_it.signals), ["a", "b", "c"], cmi, 0.1,
+                        rng.normal(size=(3, 256)).astype(np.float32), np.zeros(3, np.float32)) if typed \
+        else fixed_weights(with_it.signals)
 
     def ranked(config, speakers):
         sessions = [Session(s.id, s.date, [Utterance(u.text, speakers[t % 2]) for t, u in enumerate(s.utterances)])
                     for s in random_sessions(4, 30)]
-        index = make_index(config)
+        index = MemoryIndex(HashingEncoder(), config, restrict(model, config.signals), device="cpu")
         index.add_sessions(sessions)
         return [[h.utterance_id for h in hits] for hits in index.search(questions, k=12,
                                                                           question_date=1_700_000_000.0)]
