@@ -5,7 +5,7 @@ import pytest
 
 from assomem_gpu.backend import get_backend
 from assomem_gpu.config import AssoMemConfig
-from assomem_gpu.fusion import (calibrate_fusion, conditional_mi, fit_fusion, fixed_weights, FusionModel, load_weights,
+from assomem_gpu.fusion import (FusionModel, calibrate_fusion, conditional_mi, fit_fusion, fixed_weights, load_weights,
                                 mutual_information, quantile_bins, save_weights)
 from assomem_gpu.scoring import Features
 
