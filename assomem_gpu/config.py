@@ -48,8 +48,9 @@ class AssoMemConfig:
     # softmax(U / T_w), U = CMI / H(λ) in [0, 1]: calibration picks one by an inner cross-validation on its own
     # questions (fusion.calibrate_fusion); a single value fixes it
     bin_edges: tuple[float, ...] = (0.5, 0.9)  # quantile edges of the low / medium / high score bins
-    type_prior: float = 10.0  # calibration shrinks each question type's CMI towards all its questions' CMI as if
-    # that many questions said the latter: (n·CMI_type + prior·CMI_all) / (n + prior); 0 = each type's own
+    type_prior: float = 10.0  # calibration shrinks each question type's CMI towards the CMI of all the calibration
+    # questions as if that many questions said the latter: (n·CMI_type + prior·CMI_all) / (n + prior); 0 = each
+    # type's own. Calibration alone reads it: a config saved before it calibrates with it too
     user_speakers: tuple[str, ...] = ("user",)  # speakers whose turns are the memory user's own (held stripped and
     # case-folded, and so compared): the user_relevance signal reads relevance on them (signals/user_relevance.py)
 

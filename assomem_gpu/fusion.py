@@ -143,7 +143,8 @@ def fit_fusion(signals: Sequence[str], types: Sequence[str | None], scores: Sequ
     ``type_prior`` (questions, ≥ 0): each type's CMI is shrunk towards the CMI of all the questions as if that many
     questions had measured the latter, (n·CMI_type + prior·CMI_all) / (n + prior) for a type of n questions: a type
     with a handful of questions (bins of a few evidence turns) takes most of its weights from the whole set, one with
-    hundreds keeps its own. 0: each type's own CMI."""
+    hundreds keeps its own. 0 (the default here; ``calibrate_fusion`` passes ``AssoMemConfig.type_prior``): each
+    type's own CMI."""
     if len(types) == 0:
         raise ValueError("no calibration question has evidence: the fusion weights cannot be fitted")
     names = [t if t is not None else UNTYPED for t in types]
@@ -181,7 +182,7 @@ def calibrate_fusion(signals: Sequence[str], types: Sequence[str | None], feats:
 
     ``feats`` (``scoring.Features``) and ``evidence`` (utterance rows) are per question, in ``feats``' rows;
     ``q_emb`` the questions' embeddings; ``memories`` each question's memory (None: all one memory's); ``config`` an
-    ``AssoMemConfig`` (its bin edges, temperatures); ``signals`` name ``feats``' score columns.
+    ``AssoMemConfig`` (its bin edges, temperatures, type prior); ``signals`` name ``feats``' score columns.
     """
     def fitted(qs, weight_temperature):
         return fit_fusion(list(signals), [types[i] for i in qs], [feats[i].scores for i in qs],

@@ -184,9 +184,9 @@ def test_every_cosine_and_fusion_weight_of_a_question_is_the_same_bits_in_any_ba
     for b in range(37):
         assert np.array_equal(batch[b], cpu.cosines(x, q[b : b + 1])[0])
         assert np.array_equal(batch[b], all_cosines(x, q[b : b + 1])[0])
-    model = FusionModel(["a", "b", "c"], ["t1", "t2", "t3", "t4"], rng.random((4, 3)), 0.05,
-                        rng.normal(size=(4, 384)).astype(np.float32), rng.normal(size=4).astype(np.float32))
-    active = rng.random((37, 3)) < 0.8
+    model = FusionModel(list("abcdefgh"), [f"t{t}" for t in range(9)], rng.random((9, 8)), 0.05,
+                        rng.normal(size=(9, 384)).astype(np.float32), rng.normal(size=9).astype(np.float32))
+    active = rng.random((37, 8)) < 0.8  # eight signals and nine types: as many as the default, and more
     weights = model.weights(q, active)
     assert np.allclose(weights.sum(axis=1)[active.any(axis=1)], 1.0)
     for b in range(37):

@@ -159,3 +159,22 @@ def test_the_type_prior_shrinks_a_small_types_cmi_towards_all_questions():
     assert np.abs(shrunk.cmi[big] - own.cmi[big]).max() < np.abs(shrunk.cmi[small] - own.cmi[small]).max()
     with pytest.raises(ValueError, match="type_prior"):
         AssoMemConfig(type_prior=-1.0)
+
+
+def test_calibration_reads_the_configs_type_prior():
+    """``calibrate_fusion`` fits with ``AssoMemConfig.type_prior``: prior 0 gives each type's own CMI, the default
+    shrinks a two-question type's towards all the questions'."""
+    rng = np.random.default_rng(6)
+    types = ["big"] * 12 + ["small"] * 2
+    feats, evidence = [], []
+    for i, t in enumerate(types):
+        s = rng.normal(size=(30, 2))
+        s[:2, 0 if t == "big" else 1] += 4
+        feats.append(Features(np.arange(30) + 100 * i, s, np.ones(2, bool), np.zeros(0, np.int64), np.zeros(0)))
+        evidence.append(np.arange(2) + 100 * i)
+    emb = rng.normal(size=(len(types), 6)).astype(np.float32)
+    fit = [calibrate_fusion(["a", "b"], types, feats, evidence, emb,
+                            AssoMemConfig(weight_temperatures=(0.1,), type_prior=m), get_backend("cpu"))
+           for m in (0.0, 10.0)]
+    small = fit[0].types.index("small")
+    assert fit[0].cmi[small, 1] > fit[0].cmi[small, 0] and fit[1].cmi[small, 0] > fit[1].cmi[small, 1]

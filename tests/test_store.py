@@ -60,7 +60,8 @@ def test_a_store_opened_with_another_config_replaces_the_snapshot(tmp_path):
     assert len(snapshots) == 1 and MemoryIndex.load(snapshots[0], encoder=HashingEncoder()).config == components
     with MemoryStore(tmp_path, HashingEncoder(), components, device="cpu") as again:
         assert hits(again, "ana") == live
-    sharp = replace(components, weight_temperatures=(0.05,), bin_edges=(0.9,))  # what only calibration reads
+    sharp = replace(components, weight_temperatures=(0.05,), bin_edges=(0.9,), type_prior=0.0)  # what only
+    # calibration reads
     with MemoryStore(tmp_path, HashingEncoder(), sharp, device="cpu") as same:
         assert hits(same, "ana") == live  # from the snapshot, kept: rebuilt, it would be saved with ``sharp``
     snapshots = list((tmp_path / "snapshots").glob("*.npz"))

@@ -8,9 +8,9 @@ close to the question in topic, they fill the top of a ranking by relevance alon
 where one of ``AssoMemConfig.user_speakers`` says it, and the lowest relevance among the question's candidates
 elsewhere. Calibration weighs it per question type like every signal (a question that asks what the assistant said
 leaves it little weight). A question none of whose candidates the user said, or all of them, has no such signal (its
-weight goes to the others): a memory of named speakers (meetings, LoCoMo's pairs of friends) is ranked as without it
-(exactly where one set of weights serves every question; ``FusionModel.weights`` mixes several types' weights before
-it renormalises them over a question's signals).
+weight goes to the others): a memory of named speakers (meetings, LoCoMo's pairs of friends) is ranked as without it,
+with one type's weights or several (``FusionModel.weights`` renormalises each type's over a question's signals
+before it mixes them).
 
 Which turns are the user's is a function of each utterance's speaker alone (``own_turns``), so adds, removals and
 loads keep it exactly.
