@@ -193,14 +193,19 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
             col = [top[session[i]] for i in local]
         elif name == "user_relevance":  # relevance on the user's turns, the candidates' lowest elsewhere
             mine = [ds.bank.utt_speakers[utterances[i]].strip().casefold() in users for i in local]
-            col = [best[i] if m else min(best[local]) for i, m in zip(local, mine)]
+            low = min(best[local])  # (once: not per candidate)
+            col = [best[i] if m else low for i, m in zip(local, mine)]
         else:
             col = question_temporal(index._state, parse_constraint(q.text, q.date), local)  # the index's rows
         col = np.asarray(col, dtype=np.float64)
         z = (col - col.mean()) / col.std() if col.std() > 1e-12 else np.zeros_like(col)
         columns.append(z)
-        active.append(bool(np.any(z != 0)) if name == "temporal" else
-                      any(mine) and not all(mine) if name == "user_relevance" else True)
+        if name == "temporal":  # a question without a time intent has none
+            active.append(bool(np.any(z != 0)))
+        elif name == "user_relevance":  # nor one whose candidates are all the user's, or none
+            active.append(any(mine) and not all(mine))
+        else:
+            active.append(True)
     w = fusion.weights(q_emb[None], np.asarray([active]))[0]
     fused = np.zeros(len(local))
     for d, z in enumerate(columns):
