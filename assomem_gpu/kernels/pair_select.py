@@ -28,22 +28,30 @@ PARALLEL_VALUES = 1 << 17  # products in a block from which select_pairs runs it
 
 @njit(cache=True, nogil=True)
 def _floor(row, radius, keep, doubt):
-    """``radius``, raised to the keep-th largest value of ``row`` less ``doubt`` when the row has more than ``keep``
-    values (float32 throughout, as numpy computes it)."""
-    n = row.shape[0]
-    if keep >= n:
+    """``radius``, raised to the keep-th largest value of ``row`` less ``doubt`` where more than ``keep`` values
+    pass ``radius`` (float32 throughout, as numpy computes it). Where at most ``keep`` pass, the raised floor
+    would pick the same values (all of them are at least the keep-th largest), so a row of mostly dissimilar
+    products costs one comparing pass, and the buffer of the ``keep`` largest takes only the values that pass."""
+    above = 0
+    for j in range(row.shape[0]):
+        if row[j] > radius:
+            above += 1
+    if above <= keep:
         return radius
     top = np.empty(keep, np.float32)  # the keep largest so far, ascending
-    for j in range(keep):
+    filled = 0
+    for j in range(row.shape[0]):
         v = row[j]
-        i = j
-        while i > 0 and top[i - 1] > v:
-            top[i] = top[i - 1]
-            i -= 1
-        top[i] = v
-    for j in range(keep, n):
-        v = row[j]
-        if v > top[0]:
+        if not v > radius:
+            continue
+        if filled < keep:
+            i = filled
+            while i > 0 and top[i - 1] > v:
+                top[i] = top[i - 1]
+                i -= 1
+            top[i] = v
+            filled += 1
+        elif v > top[0]:
             i = 0
             while i < keep - 1 and top[i + 1] < v:
                 top[i] = top[i + 1]
