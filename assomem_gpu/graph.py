@@ -309,10 +309,9 @@ def merge_clues(session_emb: np.ndarray, delta: float, how: str = "components") 
     n = len(session_emb)
     if n == 0:
         return np.zeros(0, np.int64)
-    i, j, _ = similarity_pairs(session_emb, delta, k=n)
     if how == "leaders":
-        order = np.lexsort((j, i))
-        return _leader_labels(n, i[order], j[order])
+        return _leader_labels(np.ascontiguousarray(session_emb, np.float32), delta)
+    i, j, _ = similarity_pairs(session_emb, delta, k=n)
     graph = sp.csr_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
     from scipy.sparse.csgraph import connected_components  # imports scipy.linalg (~0.1 s): not at a server's start
 
@@ -320,21 +319,51 @@ def merge_clues(session_emb: np.ndarray, delta: float, how: str = "components") 
     return labels.astype(np.int64)
 
 
-def _leader_labels(n: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Leader clues of ``n`` sessions from their δ-pairs (``rows`` ascending, each row's ``cols`` ascending)."""
-    starts = np.searchsorted(rows, np.arange(n + 1))
-    leads = np.zeros(n, bool)
+LEADER_PRODUCTS = 1 << 24  # products of a block of sessions with the leaders before it (64 MB of float32)
+
+
+def _leader_labels(x: np.ndarray, delta: float) -> np.ndarray:
+    """Leader clue labels of the sessions ``x`` (float32 rows): each session compared with the leaders before it
+    only (as an add compares a new one, ``grow_clue_state``), not with every session: a block of sessions against
+    the leaders of the blocks before it (one product), then within the block in session order. A pair counts as
+    every δ-pair does: a product above δ − 1e-4 found, its cosine from ``exact_cosines`` rounded to 1e-6 above δ,
+    so the labels are those of all pairs searched; the products are n × leaders, not n² / 2 (25,000 synthetic
+    sessions of 3,458 clues: 0.7 s, against 5.7 s of range search over all pairs)."""
+    n = len(x)
     labels = np.empty(n, np.int64)
-    n_clues = 0
-    for s in range(n):
-        near = cols[starts[s] : starts[s + 1]]
-        near = near[near < s]
-        near = near[leads[near]]
-        if len(near):
-            labels[s] = labels[near[0]]
-        else:
-            leads[s], labels[s] = True, n_clues
-            n_clues += 1
+    leader = np.zeros(0, np.int64)  # the leaders so far, ascending
+    rows = Rows((x.shape[1],), np.float32)  # their embeddings
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + int(np.clip(LEADER_PRODUCTS // max(len(leader), 1), 64, 2048)))
+        block = x[lo:hi]
+        first = np.full(hi - lo, -1, np.int64)  # each session's first δ-similar leader of the blocks before
+        s, at = np.nonzero(block @ rows.view.T > delta - 1e-4)  # by session, then leader ascending
+        ok = np.round(exact_cosines(x, lo + s, leader[at]), 6) > delta
+        s, at = s[ok], at[ok]
+        found, where = np.unique(s, return_index=True)
+        first[found] = leader[at[where]]
+        a, b = np.nonzero(np.tril(block @ block.T > delta - 1e-4, -1))  # pairs within the block, b < a ascending
+        ok = np.round(exact_cosines(x, lo + a, lo + b), 6) > delta
+        a, b = a[ok], b[ok]
+        bounds = np.searchsorted(a, np.arange(hi - lo + 1))
+        leads = np.zeros(hi - lo, bool)
+        n_clues = len(leader)
+        for t in range(hi - lo):
+            if first[t] >= 0:
+                labels[lo + t] = labels[first[t]]
+                continue
+            near = b[bounds[t] : bounds[t + 1]]
+            near = near[leads[near]]
+            if len(near):
+                labels[lo + t] = labels[lo + near[0]]
+            else:
+                leads[t], labels[lo + t] = True, n_clues
+                n_clues += 1
+        new = lo + np.flatnonzero(leads)
+        leader = np.concatenate([leader, new])
+        rows.append(x[new])
+        lo = hi
     return labels
 
 

@@ -49,6 +49,26 @@ def test_leader_merge_does_not_chain():
     assert merge_clues(emb, 0.98, "leaders").tolist() == labels and len(leaders) > 5
 
 
+@pytest.mark.parametrize("products", [1, 1 << 24])
+def test_leader_merge_in_blocks_equals_the_rule_on_all_pairs(products, monkeypatch):
+    """Sessions compared with the leaders before them, a block at a time (blocks of 64 sessions: the leaders of the
+    blocks before and the block's own), label as the rule read off every δ-pair that ``similarity_pairs`` finds:
+    clustered vectors with exact duplicates (pairs tied at a leader)."""
+    from assomem_gpu import graph
+
+    monkeypatch.setattr(graph, "LEADER_PRODUCTS", products)
+    rng = np.random.default_rng(4)
+    emb = unit(rng.normal(size=(35, 32))[rng.integers(35, size=700)] + 0.5 * rng.normal(size=(700, 32)))
+    emb[::5] = emb[3]
+    i, j, _ = similarity_pairs(emb, 0.7, k=len(emb))
+    labels, leaders = [], []
+    for s in range(len(emb)):
+        near = sorted(set(j[(i == s) & (j < s)].tolist()) & set(leaders))
+        labels.append(labels[near[0]] if near else len(leaders))
+        leaders += [] if near else [s]
+    assert merge_clues(emb, 0.7, "leaders").tolist() == labels and 30 < len(leaders) < 600
+
+
 def arc(n: int, seed: int) -> np.ndarray:
     """``n`` unit vectors along an arc (each δ-near a few others: leaders' removals cascade), in shuffled order."""
     rng = np.random.default_rng(seed)
