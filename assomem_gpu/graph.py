@@ -320,26 +320,29 @@ def merge_clues(session_emb: np.ndarray, delta: float, how: str = "components") 
 
 
 LEADER_PRODUCTS = 1 << 24  # products of a block of sessions with the leaders before it (64 MB of float32)
+LEADER_BLOCK = (64, 2048)  # sessions in a block, at least and at most (past 262,144 leaders a block of 64 holds
+# more than LEADER_PRODUCTS)
 
 
 def _leader_labels(x: np.ndarray, delta: float) -> np.ndarray:
-    """Leader clue labels of the sessions ``x`` (float32 rows): each session compared with the leaders before it
-    only (as an add compares a new one, ``grow_clue_state``), not with every session: a block of sessions against
-    the leaders of the blocks before it (one product), then within the block in session order. A pair counts as
-    every δ-pair does: a product above δ − 1e-4 found, its cosine from ``exact_cosines`` rounded to 1e-6 above δ,
-    so the labels are those of all pairs searched; the products are n × leaders, not n² / 2 (25,000 synthetic
-    sessions of 3,458 clues: 0.7 s, against 5.7 s of range search over all pairs)."""
+    """Leader clue labels of the sessions ``x`` (float32 rows; ``delta`` the cosine threshold δ), each session
+    compared with the leaders before it only (as an add compares a new one, ``grow_clue_state``), not with every
+    session: a block of sessions against the leaders of the blocks before it (one product), then within the block
+    in session order. A pair counts as every δ-pair does: a product above δ − 1e-4 found, its cosine from
+    ``exact_cosines`` rounded to 1e-6 above δ, so the labels are those of all pairs searched; the products are
+    n × leaders, not n² / 2 (25,000 synthetic sessions of 3,458 clues: 0.7 s, against 5.7 s of range search over
+    all pairs)."""
     n = len(x)
     labels = np.empty(n, np.int64)
     leader = np.zeros(0, np.int64)  # the leaders so far, ascending
-    rows = Rows((x.shape[1],), np.float32)  # their embeddings
+    leader_rows = Rows((x.shape[1],), np.float32)  # their embeddings
     lo = 0
     while lo < n:
-        hi = min(n, lo + int(np.clip(LEADER_PRODUCTS // max(len(leader), 1), 64, 2048)))
+        hi = min(n, lo + int(np.clip(LEADER_PRODUCTS // max(len(leader), 1), *LEADER_BLOCK)))
         block = x[lo:hi]
         first = np.full(hi - lo, -1, np.int64)  # each session's first δ-similar leader of the blocks before
-        s, at = np.nonzero(block @ rows.view.T > delta - 1e-4)  # by session, then leader ascending
-        ok = np.round(exact_cosines(x, lo + s, leader[at]), 6) > delta
+        s, at = np.nonzero(block @ leader_rows.view.T > delta - 1e-4)  # by session, then leader ascending
+        ok = np.round(exact_cosines(x, leader[at], lo + s), 6) > delta
         s, at = s[ok], at[ok]
         found, where = np.unique(s, return_index=True)
         first[found] = leader[at[where]]
@@ -362,7 +365,7 @@ def _leader_labels(x: np.ndarray, delta: float) -> np.ndarray:
                 n_clues += 1
         new = lo + np.flatnonzero(leads)
         leader = np.concatenate([leader, new])
-        rows.append(x[new])
+        leader_rows.append(x[new])
         lo = hi
     return labels
 

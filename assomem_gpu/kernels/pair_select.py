@@ -28,16 +28,24 @@ PARALLEL_VALUES = 1 << 17  # products in a block from which select_pairs runs it
 
 @njit(cache=True, nogil=True)
 def _floor(row, radius, keep, doubt):
-    """``radius``, raised to the keep-th largest value of ``row`` less ``doubt`` where more than ``keep`` values
-    pass ``radius`` (float32 throughout, as numpy computes it). Where at most ``keep`` pass, the raised floor
-    would pick the same values (all of them are at least the keep-th largest), so a row of mostly dissimilar
-    products costs one comparing pass, and the buffer of the ``keep`` largest takes only the values that pass."""
-    above = 0
-    for j in range(row.shape[0]):
-        if row[j] > radius:
-            above += 1
-    if above <= keep:
+    """``radius``, raised to the keep-th largest value of ``row`` less ``doubt`` (>= 0) when the row has more than
+    ``keep`` values (float32 throughout, as numpy computes it). A first pass counts the values above ``radius``:
+    where fewer than ``keep`` pass, the keep-th largest is at most ``radius``; where exactly ``keep`` pass it is
+    the smallest of them; only where more pass does a buffer of the ``keep`` largest (of those that pass) find it,
+    so a row of mostly dissimilar products costs one comparing pass."""
+    if keep >= row.shape[0]:
         return radius
+    above, smallest = 0, np.float32(np.inf)
+    for j in range(row.shape[0]):
+        v = row[j]
+        if v > radius:
+            above += 1
+            smallest = min(smallest, v)
+    if above < keep:
+        return radius
+    if above == keep:
+        low = smallest - doubt
+        return low if low > radius else radius
     top = np.empty(keep, np.float32)  # the keep largest so far, ascending
     filled = 0
     for j in range(row.shape[0]):
