@@ -101,10 +101,13 @@ class FusionModel:
         return p / p.sum(axis=1, keepdims=True)
 
     def weights(self, q_emb: np.ndarray, active: np.ndarray) -> np.ndarray:
-        """(B, n_signals) weights: each type's weights renormalised over the question's active signals (the softmax
-        of its CMI over those signals alone, as if fitted without the others), then mixed by the type probabilities."""
-        per_type = self.type_weights[None, :, :] * active[:, None, :]  # (B, n_types, n_signals)
-        per_type = per_type / np.maximum(per_type.sum(axis=2, keepdims=True), 1e-12)
+        """(B, n_signals) weights: each type's softmax of its CMI / T_w over the question's active signals alone (as
+        if fitted without the others; taken over those signals, so no type's weights underflow to nothing at a small
+        T_w), then mixed by the type probabilities."""
+        z = np.where(active[:, None, :], (self.cmi / self.weight_temperature)[None], -np.inf)  # (B, types, signals)
+        top = z.max(axis=2, keepdims=True)
+        per_type = np.exp(z - np.where(np.isfinite(top), top, 0.0))  # a question with no active signal: all 0
+        per_type = per_type / np.maximum(per_type.sum(axis=2, keepdims=True), 1e-300)
         w = (self.type_probabilities(q_emb)[:, :, None] * per_type).sum(axis=1)
         return w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)  # (the float32 probabilities sum to 1 ± 1e-7)
 

@@ -133,6 +133,16 @@ def test_an_inactive_signal_weighs_as_if_fitted_without_it():
     assert not np.allclose(w[:, :3], mixed_then_renormalised, atol=1e-3)
 
 
+def test_a_sharp_temperature_leaves_each_type_its_best_active_signal():
+    """At T_w = 1e-4 every type's softmax of CMI / T_w is one-hot; where a type's best signal is inactive its best
+    active one takes its weight, not nothing (a softmax over all signals underflows there: exp(-1,000) is 0)."""
+    cmi = np.array([[0.5, 0.3, 0.0], [0.0, 0.1, 0.4]])
+    model = FusionModel(["a", "b", "c"], ["t1", "t2"], cmi, 1e-4, np.zeros((2, 2), np.float32),
+                        np.zeros(2, np.float32))  # the types mixed half and half
+    w = model.weights(np.zeros((2, 2), np.float32), np.array([[True, True, True], [True, True, False]]))
+    assert np.allclose(w, [[0.5, 0.0, 0.5], [0.5, 0.5, 0.0]], atol=1e-12)
+
+
 def test_the_type_prior_shrinks_a_small_types_cmi_towards_all_questions():
     """A type of few questions takes its CMI mostly from all the questions', a type of many keeps most of its own:
     (n·CMI_type + prior·CMI_all) / (n + prior); prior 0 leaves each type's own."""
