@@ -635,6 +635,10 @@ def test_ivf_probes_do_not_depend_on_the_batch():
     assert np.all(np.diff(batch[:, 1:], axis=1) > 0)  # the other probes ascending, no repeats
     assert ivf.codebook_rows(199, 200) == 0 and ivf.codebook_rows(200, 200) == 200
     assert ivf.codebook_rows(799, 200) == 400 and ivf.codebook_rows(800, 200) == 800
+    near = emb @ codebook.centroids.T
+    assert np.array_equal(batch[:, 1:], np.sort(np.argsort(-near, axis=1, kind="stable")[:, 1:4], axis=1))
+    rounded = np.round(near, 1)  # ties: each row's nearest lists are a stable sort's first, ties to the lower list
+    assert np.array_equal(ivf._best(rounded, 5), np.argsort(-rounded, axis=1, kind="stable")[:, :5])
 
 
 def scattered(m, n_utt):
