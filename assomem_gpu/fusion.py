@@ -89,9 +89,17 @@ class FusionModel:
 
     @property
     def type_weights(self) -> np.ndarray:
-        z = self.cmi / self.weight_temperature
-        z = np.exp(z - z.max(axis=1, keepdims=True))
-        return z / z.sum(axis=1, keepdims=True)
+        """(n_types, n_signals) each type's weights with every signal present."""
+        return self._type_softmax(np.ones((1, len(self.signals)), bool))[0]
+
+    def _type_softmax(self, active: np.ndarray) -> np.ndarray:
+        """(B, n_types, n_signals) each type's softmax of its CMI / T_w over each question's ``active`` (B,
+        n_signals) signals alone (taken over those signals, so no type's weights underflow to nothing at a small
+        T_w); all 0 for a question with no active signal."""
+        z = np.where(active[:, None, :], (self.cmi / self.weight_temperature)[None], -np.inf)
+        top = z.max(axis=2, keepdims=True)
+        e = np.exp(z - np.where(np.isfinite(top), top, 0.0))
+        return e / np.maximum(e.sum(axis=2, keepdims=True), 1e-300)
 
     def type_probabilities(self, q_emb: np.ndarray) -> np.ndarray:
         if self.coef is None:
@@ -101,14 +109,9 @@ class FusionModel:
         return p / p.sum(axis=1, keepdims=True)
 
     def weights(self, q_emb: np.ndarray, active: np.ndarray) -> np.ndarray:
-        """(B, n_signals) weights: each type's softmax of its CMI / T_w over the question's active signals alone (as
-        if fitted without the others; taken over those signals, so no type's weights underflow to nothing at a small
-        T_w), then mixed by the type probabilities."""
-        z = np.where(active[:, None, :], (self.cmi / self.weight_temperature)[None], -np.inf)  # (B, types, signals)
-        top = z.max(axis=2, keepdims=True)
-        per_type = np.exp(z - np.where(np.isfinite(top), top, 0.0))  # a question with no active signal: all 0
-        per_type = per_type / np.maximum(per_type.sum(axis=2, keepdims=True), 1e-300)
-        w = (self.type_probabilities(q_emb)[:, :, None] * per_type).sum(axis=1)
+        """(B, n_signals) weights: each type's softmax over the question's active signals alone (as if fitted
+        without the others; ``_type_softmax``), then mixed by the type probabilities."""
+        w = (self.type_probabilities(q_emb)[:, :, None] * self._type_softmax(active)).sum(axis=1)
         return w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)  # (the float32 probabilities sum to 1 ± 1e-7)
 
     def to_json(self) -> dict:
