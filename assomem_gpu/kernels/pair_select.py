@@ -167,25 +167,23 @@ def _dot8(x, a, b):
 def _products(x, qs, ms, block):
     """``block[a, b]`` = x[qs[a]] · x[ms[b]]. The longer side is read from memory once, eight rows at a time; the
     few rows of the other side stay in cache (member-major for a list's members against the new rows that probe it,
-    query-major for an add's old rows against its few new ones)."""
+    query-major for an add's old rows against its few new ones). The product of minor row j and major row i lands at
+    ``j · step_minor + i · step_major`` of the flat block, the orientation chosen once."""
     n_q, n_m = len(qs), len(ms)
-    major = ms if n_m >= n_q else qs
-    minor = qs if n_m >= n_q else ms
+    if n_m >= n_q:
+        major, minor, step_major, step_minor = ms, qs, 1, n_m
+    else:
+        major, minor, step_major, step_minor = qs, ms, n_m, 1
+    flat = block.reshape(-1)
     done = len(major) - len(major) % 8
     for lo in range(0, done, 8):
         for j in range(len(minor)):
             s = _dot8(x, minor[j], major[lo : lo + 8])
             for t in range(8):
-                if n_m >= n_q:
-                    block[j, lo + t] = s[t]
-                else:
-                    block[lo + t, j] = s[t]
+                flat[j * step_minor + (lo + t) * step_major] = s[t]
     for i in range(done, len(major)):
         for j in range(len(minor)):
-            if n_m >= n_q:
-                block[j, i] = _dot(x, minor[j], major[i])
-            else:
-                block[i, j] = _dot(x, major[i], minor[j])
+            flat[j * step_minor + i * step_major] = _dot(x, minor[j], major[i])
 
 
 @njit(cache=True, nogil=True)
