@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from .folds import fold_ids
+from .metrics import utterance_metrics
 
 UNTYPED = "all"  # the one type of questions whose data carries none
 
@@ -200,8 +201,6 @@ def calibrate_fusion(signals: Sequence[str], types: Sequence[str | None], feats:
     k = min(INNER_FOLDS, len(types))
     if len(temperatures) == 1 or k < 2:
         return model
-    from .eval.metrics import utterance_metrics  # (eval imports this module: a top-level import would be circular)
-
     fold = fold_ids(np.zeros(len(types)) if memories is None else memories, k, seed)
     gain = np.zeros(len(temperatures))
     for f in range(k):

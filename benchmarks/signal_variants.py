@@ -23,7 +23,7 @@ from assomem_gpu.cli_options import build_methods
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import make_encoder
 from assomem_gpu.eval.__main__ import parse_args
-from assomem_gpu.eval.metrics import mean_by_type, utterance_metrics
+from assomem_gpu.metrics import mean_by_type, utterance_metrics
 from assomem_gpu.fusion import calibrate_fusion, fuse
 from assomem_gpu.retrieve import EmbeddedDataset
 

@@ -23,7 +23,7 @@ from assomem_gpu.config import WEIGHT_TEMPERATURES, AssoMemConfig
 from assomem_gpu.calibrate import compute_features, folds_of
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import make_encoder
-from assomem_gpu.eval.metrics import utterance_metrics
+from assomem_gpu.metrics import utterance_metrics
 from assomem_gpu.graph import GraphConfig
 from assomem_gpu.retrieve import EmbeddedDataset
 

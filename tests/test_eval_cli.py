@@ -5,7 +5,7 @@ import pytest
 
 from assomem_gpu.data import load_dataset
 from assomem_gpu.eval.__main__ import main
-from assomem_gpu.eval.metrics import utterance_metrics
+from assomem_gpu.metrics import utterance_metrics
 
 
 def run(tmp_path, dataset, *extra):

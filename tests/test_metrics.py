@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from assomem_gpu.eval.metrics import mean_by_type, session_metrics, utterance_metrics
+from assomem_gpu.metrics import mean_by_type, session_metrics, utterance_metrics
 
 
 def test_utterance_metrics_hand_computed():

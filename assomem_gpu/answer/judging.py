@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..eval.metrics import mean_by_type
+from ..metrics import mean_by_type
 from ..llm import LLM, ResponseCache, cached_chat
 from ..memory import Dataset
 from ..prompts import JUDGE_TOKENS, judge_prompt

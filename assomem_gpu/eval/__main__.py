@@ -15,7 +15,7 @@ from ..data import load_dataset
 from ..encode import DEFAULT_MODEL, ENCODER_HELP, add_prompt_options, make_encoder, prompt_options
 from ..retrieve import EmbeddedDataset
 from ..rss import peak_rss_mb
-from .metrics import DEFAULT_KS
+from ..metrics import DEFAULT_KS
 from .report import print_report
 from .runner import evaluate, write_rankings
 

@@ -29,7 +29,7 @@ import numpy as np
 from ..cli_options import check_writable
 from ..data import load_dataset
 from ..memory import Dataset
-from .metrics import DEFAULT_KS, utterance_metrics
+from ..metrics import DEFAULT_KS, utterance_metrics
 from .runner import read_rankings
 
 RESAMPLES = 10_000  # bootstrap resamples of the questions, default

@@ -13,7 +13,7 @@ import numpy as np
 from ..cluster import Workers
 from ..memory import Dataset
 from ..retrieve import EmbeddedDataset, Method, by_memory
-from .metrics import mean_by_type, session_metrics, utterance_metrics
+from ..metrics import mean_by_type, session_metrics, utterance_metrics
 
 EXPORT_MIN_DEPTH = 50  # ARCHITECTURE §4: at least the top 50, or every candidate if fewer
 
