@@ -118,7 +118,9 @@ class UttSearch:
         order, bounds = self.lists
         own = probe[:, 0]
         held = self.held if (np.diff(bounds)[own] > 0).all() else None
-        order = np.insert(order, bounds[own + 1], len(self.probe) + np.arange(len(probe), dtype=np.int64))
+        by_list = sets.stable_order(own, self.codebook.n_lists)  # lists between two new rows' may be empty: their
+        # ends are one place, where the rows go in the order given, so list by list
+        order = np.insert(order, bounds[own[by_list] + 1], len(self.probe) + by_list)
         bounds = bounds + np.concatenate([[0], np.cumsum(np.bincount(own, minlength=self.codebook.n_lists))])
         room = self.room
         if room is None or room.n != len(self.probe) or not np.may_share_memory(room.view, self.probe):

@@ -436,6 +436,28 @@ def test_a_graph_grown_and_shrunk_equals_the_build_to_the_bit(config):
         codebook = None if g.search is None else g.search.codebook
         assert_same_graph(g, build_graph(kept, emb[rows], clue[sessions], config, codebook=codebook))
     assert split or config.delta > 0.5  # a clue that lost a session fell apart: its utterances' rows were made again
+    gone = np.setdiff1d(np.arange(60), sessions)
+    for back in (gone[:3], gone[3:]):  # adds after the removals emptied lists (IVF: each new row joins its own)
+        sessions = np.concatenate([sessions, back])
+        rows = (sessions[:, None] * per + np.arange(per)).ravel()
+        kept = bank(60).select(sessions)
+        g = grow_graph(g, kept, emb[rows], clue[sessions], config)
+        codebook = None if g.search is None else g.search.codebook
+        assert_same_graph(g, build_graph(kept, emb[rows], clue[sessions], config, codebook=codebook))
+
+
+def test_ivf_rows_added_join_their_own_lists_where_lists_between_them_are_empty():
+    """``UttSearch.grown`` inserts each new row at the end of its list: two new rows whose lists have only empty
+    lists between them share an insertion point, and go in list order, not in the order they came."""
+    from assomem_gpu import ivf
+    from assomem_gpu.graph import UttSearch
+
+    book = ivf.Codebook(np.eye(4, 8, dtype=np.float32), rows=3)
+    search = UttSearch(book, np.array([[1], [1], [1]], np.int32))  # lists 0, 2 and 3 empty
+    for probe in ([[3], [0], [0], [2], [1], [0]], [[2], [1]], [[0]]):
+        search = search.grown(np.array(probe, np.int32))
+        want = ivf.members(search.probe, book.n_lists)
+        assert all(np.array_equal(x, y) for x, y in zip(search.lists, want))
 
 
 def test_an_add_makes_again_the_clue_rows_whose_clue_edges_a_joined_clue_moved(monkeypatch):
