@@ -186,6 +186,11 @@ def test_sessions_round_trip_and_deletes(server):
     assert all(h.session_id != "s2" for h in c.search("cheese festival", k=20))
     hits = c.search("jazz", k=3, since="2024-03-04", until="2024-03-04")
     assert hits and {h.session_id for h in hits} == {"s3"}
+    odd = ["notes/2024", "s1#draft", "s1?x=1", "50% off"]  # ids that a URL path does not carry as they are
+    c.add_sessions([session(sid, f"odd id {n}") for n, sid in enumerate(odd)])
+    assert [c.get_session(sid).id for sid in odd] == odd
+    c.remove_sessions(odd[:3])
+    assert c.session_ids(limit=100) == ["s0", "s1", "s3", "s4", "50% off"]
 
 
 BAD = [  # (what is sent, the field or limit the answer must name)
@@ -213,6 +218,8 @@ BAD_SEARCH = [
     ({"questions": ["a"], "k": 3, "since": "the day after"}, "since"),
     ({"questions": ["a"], "k": 3, "filter": {"x": 1}}, "filter"),
     ({"questions": [7], "k": 3}, "questions"),
+    ({"questions": ["x" * 20_001], "k": 3}, "questions"),
+    ({"questions": [""], "k": 3}, "questions"),
 ]
 
 
@@ -234,6 +241,10 @@ def test_bad_input_names_the_field_and_changes_nothing(server):
     r = httpx.post(f"{url}/v1/sessions", content=b"\xff\xfe{not utf-8", headers={**headers,
                                                                                   "content-type": "application/json"})
     assert r.status_code == 422
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    for r in (httpx.post(f"{url}/v1/tenants/%20/keys", headers=admin), httpx.delete(f"{url}/v1/tenants/a%20b",
+                                                                                   headers=admin)):
+        assert r.status_code == 422 and "name" in r.text, r.text
     assert digest(data) == before
 
 

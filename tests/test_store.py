@@ -257,6 +257,57 @@ def test_deleted_sessions_and_tenants_leave_no_byte_in_any_file(tmp_path):
     assert files_holding(b"quetzalcoatl") == []
 
 
+@pytest.mark.parametrize("write", ["add", "remove"])
+def test_a_tenant_being_written_to_is_not_evicted_and_its_write_lands_where_searches_read(tmp_path, write):
+    """With one index in memory, other tenants' loads while a write of "a" is under way (held at its encoding, or
+    a removal at its commit) leave "a"'s index held (no eviction, no snapshot of it, no reload from rows that lack
+    the write): the write, once acknowledged, is in what the searches read, now and after a restart, and a removed
+    session's text is in no file."""
+    import threading
+
+    holding, go = threading.Event(), threading.Event()
+
+    def held(then):
+        def run(*args, **kwargs):
+            if threading.current_thread().name == "writer":
+                holding.set()
+                assert go.wait(30)
+            return then(*args, **kwargs)
+        return run
+
+    encoder = HashingEncoder()
+    store = MemoryStore(tmp_path, encoder, CONFIG, device="cpu", max_loaded=1, snapshot_every_s=None)
+    for name in ("a", "b", "c"):
+        store.create_tenant(name)
+        store.add_sessions(name, [session(f"{name}0", 0), session(f"{name}1", 1, f"{name}'s pin is 4711 okapi")])
+    store.index("a")
+    snapshots = sorted((tmp_path / "snapshots").glob("1-*.npz"))
+    if write == "add":
+        encoder.encode = held(encoder.encode)
+        job = threading.Thread(target=store.add_sessions, args=("a", [session("new", 2, "my zebra is Stripes")]),
+                               name="writer")
+    else:
+        store._drop_snapshots = held(store._drop_snapshots)  # a removal's first step inside its commit
+        job = threading.Thread(target=store.remove_sessions, args=("a", ["a1"]), name="writer")
+    job.start()
+    assert holding.wait(30)
+    store.search("b", "kiwi banjo")  # each load would evict "a" but for its write
+    store.search("c", "kiwi banjo")
+    assert "a" in store._loaded and sorted((tmp_path / "snapshots").glob("1-*.npz")) == snapshots
+    go.set()
+    job.join()
+    want = {"a0", "a1", "new"} if write == "add" else {"a0"}
+    assert set(store.index("a").session_ids) == want
+    assert {h.session_id for h in store.search("a", "zebra Stripes pin okapi", k=10)} == want
+    store.search("b", "kiwi banjo")  # "a" is evicted now, its snapshot written
+    assert [p.name for p in (tmp_path / "snapshots").glob("1-*.npz")] == [f"1-{store._commits(1)}.npz"]
+    store.close()
+    with open_store(tmp_path, snapshot_every_s=None) as again:
+        assert {h.session_id for h in again.search("a", "zebra Stripes pin okapi", k=10)} == want
+    if write == "remove":
+        assert not [p for p in tmp_path.rglob("*") if p.is_file() and b"a's pin" in p.read_bytes()]
+
+
 def test_tenants_never_see_each_other(tmp_path):
     with open_store(tmp_path, max_loaded=1) as store:  # one index in memory: tenants take turns through the LRU
         for tenant in ("red", "blue", "green"):

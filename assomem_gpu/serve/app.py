@@ -20,7 +20,7 @@ import threading
 import time
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -29,12 +29,13 @@ from pydantic_core import to_json
 
 from ..index import Hit
 from ..llm import make_llm
-from ..store import MemoryStore
+from ..store import MemoryStore, UnknownTenant
 from .batching import Busy, SearchBatcher
-from .models import (MAX_BODY_BYTES, Added, AddSessions, AnswerOut, Ask, NewTenant, Search, SearchOut, SessionOut,
-                     SessionPage, TenantKey)
+from .models import (MAX_BODY_BYTES, MAX_TENANT_NAME, TENANT_NAME, Added, AddSessions, AnswerOut, Ask, NewTenant,
+                     Search, SearchOut, SessionOut, SessionPage, TenantKey)
 
 bearer = HTTPBearer(auto_error=False)
+TenantName = Path(min_length=1, max_length=MAX_TENANT_NAME, pattern=TENANT_NAME)
 
 
 def hit_out(hit: Hit) -> dict:
@@ -136,6 +137,10 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
     def bad_input(exc: Exception) -> HTTPException:
         return HTTPException(422, str(exc).strip("'\""))
 
+    @app.exception_handler(UnknownTenant)
+    async def unknown_tenant(_: Request, exc: UnknownTenant) -> JSONResponse:  # deleted while the request ran
+        return JSONResponse({"detail": f"{exc.args[0]} not found"}, status_code=404)
+
     # ---- health and metrics --------------------------------------------------------------------------------------
     @app.get("/healthz")
     def healthz() -> dict:
@@ -164,14 +169,14 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
         return TenantKey(tenant=body.name, api_key=store.issue_key(body.name))
 
     @app.post("/v1/tenants/{name}/keys", status_code=201, response_model=TenantKey, dependencies=[Depends(admin)])
-    def new_key(name: str) -> TenantKey:
+    def new_key(name: str = TenantName) -> TenantKey:
         try:
             return TenantKey(tenant=name, api_key=store.issue_key(name))
         except KeyError as exc:
             raise HTTPException(404, f"tenant {name!r} not found") from exc
 
     @app.delete("/v1/tenants/{name}", status_code=204, dependencies=[Depends(admin)])
-    def delete_tenant(name: str) -> Response:
+    def delete_tenant(name: str = TenantName) -> Response:
         try:
             store.delete_tenant(name)
         except KeyError as exc:
@@ -193,7 +198,7 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
                       name: str = Depends(tenant)) -> SessionPage:
         return SessionPage(sessions=store.session_ids(name, offset, limit), offset=offset, limit=limit)
 
-    @app.get("/v1/sessions/{session_id}", response_model=SessionOut)
+    @app.get("/v1/sessions/{session_id:path}", response_model=SessionOut)  # (an id may hold "/")
     def get_session(session_id: str, name: str = Depends(tenant)) -> SessionOut:
         try:
             s = store.get_session(name, session_id)
@@ -202,7 +207,7 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
         return SessionOut(id=s.id, date=None if math.isnan(s.date) else s.date, metadata=dict(s.metadata),
                           utterances=[{"id": u.id, "speaker": u.speaker, "text": u.text} for u in s.utterances])
 
-    @app.delete("/v1/sessions/{session_id}", status_code=204)
+    @app.delete("/v1/sessions/{session_id:path}", status_code=204)
     def delete_session(session_id: str, name: str = Depends(tenant)) -> Response:
         try:
             store.remove_sessions(name, [session_id])

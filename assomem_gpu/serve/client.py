@@ -6,6 +6,7 @@ field or the limit), 404 → ``KeyError``, 401/403 → ``PermissionError``.
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
+from urllib.parse import quote
 
 import httpx
 
@@ -43,10 +44,10 @@ class MemoryClient:
         return self._call("POST", "/v1/tenants", json={"name": name})["api_key"]
 
     def issue_key(self, name: str) -> str:
-        return self._call("POST", f"/v1/tenants/{name}/keys")["api_key"]
+        return self._call("POST", f"/v1/tenants/{quote(name, safe='')}/keys")["api_key"]
 
     def delete_tenant(self, name: str) -> None:
-        self._call("DELETE", f"/v1/tenants/{name}")
+        self._call("DELETE", f"/v1/tenants/{quote(name, safe='')}")
 
     # ---- a tenant's memory ---------------------------------------------------------------------------------------
     def add_sessions(self, sessions: Iterable[Session | Mapping]) -> list[str]:
@@ -55,10 +56,10 @@ class MemoryClient:
 
     def remove_sessions(self, session_ids: Iterable[str]) -> None:
         for sid in session_ids:
-            self._call("DELETE", f"/v1/sessions/{sid}")
+            self._call("DELETE", f"/v1/sessions/{quote(sid, safe='')}")
 
     def get_session(self, session_id: str) -> Session:
-        s = self._call("GET", f"/v1/sessions/{session_id}")
+        s = self._call("GET", f"/v1/sessions/{quote(session_id, safe='')}")
         return Session(s["id"], s["date"], [Utterance(u["text"], u["speaker"], u["id"]) for u in s["utterances"]],
                        s["metadata"])
 

@@ -2,7 +2,7 @@
 and the limit; a body over ``MAX_BODY_BYTES`` is refused with 413 before it is read)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,6 +17,8 @@ MAX_K = 1_000
 MAX_ANSWER_K = 20  # utterances in an answer's prompt
 MAX_ANSWER_TOKENS = 512
 MAX_ANSWER_QUESTION = 2_000  # characters: the question shares the LLM's context with k utterances
+TENANT_NAME = r"^[A-Za-z0-9_.\-]+$"  # a tenant's name: what a URL path carries as it is
+MAX_TENANT_NAME = 128
 
 
 class Strict(BaseModel):
@@ -42,7 +44,8 @@ class AddSessions(Strict):
 
 
 class Search(Strict):
-    questions: list[str] = Field(min_length=1, max_length=MAX_QUESTIONS)
+    questions: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] = Field(min_length=1,
+                                                                                     max_length=MAX_QUESTIONS)
     k: int = Field(10, ge=1, le=MAX_K)
     question_date: str | float | None = None
     sessions: list[str] | None = Field(None, description="only these session ids")
@@ -61,7 +64,7 @@ class Ask(Strict):
 
 
 class NewTenant(Strict):
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str = Field(min_length=1, max_length=MAX_TENANT_NAME, pattern=TENANT_NAME)
 
 
 class TenantKey(BaseModel):

@@ -1,5 +1,5 @@
 """Persistent, multi-tenant memories (``MemoryStore``): SQLite is the source of truth, indexes are derived."""
-from .schema import StoreError
+from .schema import StoreError, UnknownTenant
 from .store import MemoryStore
 
-__all__ = ["MemoryStore", "StoreError"]
+__all__ = ["MemoryStore", "StoreError", "UnknownTenant"]

@@ -50,6 +50,10 @@ class StoreError(RuntimeError):
     """The store cannot be opened as asked (another schema version, another encoder, a file that is no store)."""
 
 
+class UnknownTenant(KeyError):
+    """No tenant of that name (never made, or deleted, perhaps while the call waited)."""
+
+
 def connect(path: Path) -> sqlite3.Connection:
     """Open (creating if needed) the store at ``path`` with its settings, and check its schema version."""
     db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)

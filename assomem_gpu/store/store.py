@@ -5,7 +5,8 @@ A write is checked, embedded, then committed in one transaction, and only then a
 call returns, the write is on disk, whole (a session is all there or not at all). An index is loaded from its
 snapshot when the snapshot holds the tenant's last commit (``snapshots/<tenant>-<commits>.npz``), otherwise rebuilt
 from the rows, which gives the same index (an index equals a fresh build of what it holds). At most ``max_loaded``
-indexes stay in memory (least recently used out; its snapshot is written first).
+indexes stay in memory (least recently used out, its snapshot written first, under its write lock: a tenant that a
+write holds stays until a later load, so a write always lands in the index that searches read).
 
 Deleting a session or a tenant deletes its rows (``secure_delete`` overwrites them), checkpoints the WAL into the
 file and truncates it, and deletes the tenant's snapshots: afterwards no byte of a deleted text is in any file of the
@@ -34,7 +35,7 @@ from ..index import Answer, MemoryIndex, Session
 from ..llm import LLM
 from ..sentences import SENTENCES_VERSION
 from ..snapshot import SnapshotError
-from .schema import StoreError, connect
+from .schema import StoreError, UnknownTenant, connect
 
 
 class MemoryStore:
@@ -280,11 +281,14 @@ class MemoryStore:
             if thread is not None:
                 thread.join()
         with self._lock:
-            loaded, self._loaded = list(self._loaded.items()), OrderedDict()
-            self._behind.clear()
-        for name, (tenant_id, index) in loaded:
+            names = list(self._loaded)
+        for name in names:  # each taken out under its write lock: no write passes between that and its snapshot
             with self._tenant(name):
-                self._save(tenant_id, index)
+                with self._lock:
+                    held = self._loaded.pop(name, None)
+                    self._behind.discard(name)
+                if held is not None:
+                    self._save(*held)
         with self._db_lock:
             self._db.close()
 
@@ -333,7 +337,7 @@ class MemoryStore:
         with self._db_lock:
             found = self._db.execute("SELECT id FROM tenants WHERE name = ?", [name]).fetchone()
         if found is None:
-            raise KeyError(f"tenant {name!r}")
+            raise UnknownTenant(f"tenant {name!r}")
         return int(found[0])
 
     @contextmanager
@@ -382,13 +386,11 @@ class MemoryStore:
                     if commits is None or self._loading.get(name) is not loading:  # deleted while it loaded: not kept
                         return tenant_id, index
                     held, evicted = (tenant_id, index), self._keep(name, tenant_id, index, commits)
-        for old_name, old_id, old in evicted:  # after the load: its waiters do not wait for other tenants' snapshots
-            writing = self._tenant(old_name)
-            if writing.acquire(blocking=False):  # busy: skip the snapshot (rebuilt from rows), never wait on it
-                try:
-                    self._save(old_id, old)
-                finally:
-                    writing.release()
+        for old_id, old, writing in evicted:  # after the load: its waiters do not wait for other tenants' snapshots
+            try:
+                self._save(old_id, old)
+            finally:
+                writing.release()
         return held
 
     def _held(self, name: str, tenant_id: int) -> tuple[int, MemoryIndex] | None:
@@ -403,16 +405,24 @@ class MemoryStore:
             self._loaded.move_to_end(name)
         return held
 
-    def _keep(self, name: str, tenant_id: int, index: MemoryIndex, commits: int) -> list[tuple[str, int, MemoryIndex]]:
+    def _keep(self, name: str, tenant_id: int, index: MemoryIndex,
+              commits: int) -> list[tuple[int, MemoryIndex, threading.Lock]]:
         """Hold a loaded index as the most recently used; returns those evicted past ``max_loaded``, least recently
-        used first. The caller holds ``_lock``."""
+        used first, each with its tenant's write lock held (the caller saves its snapshot, then releases the lock).
+        A tenant whose write lock is taken is not evicted (a write in progress lands in the index held, and no write
+        passes between an eviction and its snapshot), so while writes run more than ``max_loaded`` may stay. The
+        caller holds ``_lock``."""
         self._loaded[name] = (tenant_id, index)
         if not self._snapshot(tenant_id, commits).exists():
             self._behind.add(name)  # brought up to date from an older snapshot, or rebuilt
         evicted = []
-        while len(self._loaded) > self.max_loaded:
-            old_name, (old_id, old) = self._loaded.popitem(last=False)
-            evicted.append((old_name, old_id, old))
+        for old_name in list(self._loaded):  # least recently used first
+            if len(self._loaded) <= self.max_loaded:
+                break
+            writing = self._writing.setdefault(old_name, threading.Lock())
+            if old_name != name and writing.acquire(blocking=False):
+                old_id, old = self._loaded.pop(old_name)
+                evicted.append((old_id, old, writing))
         return evicted
 
     def _snapshot(self, tenant_id: int, commits: int) -> Path:
