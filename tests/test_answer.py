@@ -106,8 +106,10 @@ def test_question_prompts_show_the_top_k_with_dates_and_speakers(lme_file):
 def test_read_rankings_checks_every_line(tmp_path, lme_file):
     ds = load_dataset(f"longmemeval:{lme_file}")
     path = tmp_path / "r.jsonl"
-    path.write_text("\n".join(json.dumps({"question_id": q.id, "ranked": ds.bank.utt_ids[:3]}) for q in ds.questions))
-    assert all(list(r) == [0, 1, 2] for r in read_rankings(path, ds))
+    first = [ds.memory_utterances(q.memory)[:3] for q in ds.questions]
+    path.write_text("\n".join(json.dumps({"question_id": q.id, "ranked": [ds.bank.utt_ids[i] for i in rows]})
+                              for q, rows in zip(ds.questions, first)))
+    assert all(list(r) == list(rows) for r, rows in zip(read_rankings(path, ds), first))
     path.write_text(json.dumps({"question_id": "q1", "ranked": ["nope"]}))
     with pytest.raises(ValueError, match="r.jsonl:1: ranked: utterance 'nope'"):
         read_rankings(path, ds)
@@ -123,6 +125,21 @@ def test_read_rankings_checks_every_line(tmp_path, lme_file):
         path.write_text(json.dumps(line))
         with pytest.raises(ValueError, match=message):
             read_rankings(path, ds)
+
+
+def test_read_rankings_reads_each_id_in_its_questions_memory(tmp_path, locomo_file):
+    """LoCoMo's dia ids repeat across conversations: an export read back gives each question rows of its own."""
+    ds = load_dataset(f"locomo:{locomo_file}")
+    path = tmp_path / "r.jsonl"
+    ranked = {q.id: [ds.bank.utt_ids[i] for i in ds.memory_utterances(q.memory)][::-1] for q in ds.questions}
+    path.write_text("\n".join(json.dumps({"question_id": k, "ranked": v}) for k, v in ranked.items()))
+    for q, rows in zip(ds.questions, read_rankings(path, ds)):
+        assert [ds.bank.utt_ids[i] for i in rows] == ranked[q.id]
+        assert set(rows) <= set(ds.memory_utterances(q.memory).tolist())
+    path.write_text("\n".join(json.dumps({"question_id": k, "ranked": ["D2:1"] if k == "conv-2:0" else v})
+                              for k, v in ranked.items()))
+    with pytest.raises(ValueError, match="r.jsonl:5: ranked: utterance 'D2:1' is not in question 'conv-2:0'"):
+        read_rankings(path, ds)
 
 
 class CountingLLM:

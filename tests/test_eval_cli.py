@@ -88,11 +88,16 @@ def test_assomem_on_locomo_and_too_few_questions_for_folds(tmp_path, locomo_file
     report = json.loads(out.read_text())
     assert report["results"]["assomem"]["metrics"]["all"]["n"] == 4
     assert report["configs"]["assomem"]["graph"]["clue_merge"] == "components"  # the config is recorded
+    capsys.readouterr()
     assert main(["--dataset", f"locomo:{locomo_file}", "--method", "assomem", "--encoder", "hashing", "--quiet",
-                 "--limit", "2"]) == 2
-    assert "needs at least 5 questions" in capsys.readouterr().err
+                 "--limit", "2", "--rankings", str(tmp_path / "two.jsonl")]) == 0  # fewer questions than folds
+    assert "cross-validated in 2 folds" in capsys.readouterr().err
+    assert len((tmp_path / "two.jsonl").read_text().splitlines()) == 2
     assert main(["--dataset", f"locomo:{locomo_file}", "--method", "assomem", "--encoder", "hashing", "--quiet",
-                 "--limit", "2", "--fixed-weights"]) == 0
+                 "--limit", "1"]) == 2
+    assert "needs at least 2 questions" in capsys.readouterr().err
+    assert main(["--dataset", f"locomo:{locomo_file}", "--method", "assomem", "--encoder", "hashing", "--quiet",
+                 "--limit", "1", "--fixed-weights"]) == 0
 
 
 def write_lines(path, lines):

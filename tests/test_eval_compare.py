@@ -74,7 +74,7 @@ def test_exports_that_do_not_fit_the_dataset_are_clear_errors(tmp_path, jsonl_fi
     good = write_ranks(tmp_path / "good.jsonl", full)
     short = write_ranks(tmp_path / "short.jsonl", {k: v for k, v in full.items() if k != "q3"})
     stranger = write_ranks(tmp_path / "stranger.jsonl", {**full, "q2": ["nobody:0"]})
-    for other, message in ((short, "no ranking for question 'q3'"), (stranger, "'nobody:0' is not in the dataset")):
+    for other, message in ((short, "no ranking for question 'q3'"), (stranger, "'nobody:0' is not in question 'q2'")):
         out = tmp_path / "never.json"
         assert main(["--dataset", f"jsonl:{jsonl_file}", good, other, "--output", str(out)]) == 2
         err = capsys.readouterr().err

@@ -92,6 +92,16 @@ def test_locomo(locomo_file):
     assert ds.bank.encoded_texts()[0] == "Caroline: I went to a pottery class yesterday."
 
 
+def test_a_byte_order_mark_is_read(tmp_path, locomo_samples, jsonl_file):
+    """Files that some editors save with a UTF-8 byte-order mark load as without it."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(locomo_samples).encode())
+    assert [q.id for q in load_dataset(f"locomo:{path}").questions][-1] == "conv-2:0"
+    lines = tmp_path / "bom.jsonl"
+    lines.write_bytes(b"\xef\xbb\xbf" + jsonl_file.read_bytes())
+    assert len(load_dataset(f"jsonl:{lines}").questions) == len(load_dataset(f"jsonl:{jsonl_file}").questions)
+
+
 def test_locomo_broken(tmp_path, locomo_samples):
     locomo_samples[0]["conversation"]["session_2"][1]["dia_id"] = "D2:1"
     path = tmp_path / "lc.json"

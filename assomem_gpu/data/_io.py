@@ -18,7 +18,7 @@ def read_json(path: str | Path) -> Any:
         raise DataFormatError(str(path), "no such file")
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
+        with opener(path, "rt", encoding="utf-8-sig") as fh:  # (a byte-order mark, as some editors write, is read)
             return json.load(fh)
     except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as exc:
         raise DataFormatError(str(path), f"not valid JSON: {exc}") from exc

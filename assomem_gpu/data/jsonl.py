@@ -99,7 +99,7 @@ def _records(path: str) -> list[tuple[str, dict]]:
     with open(p, "rb") as fh:
         for n, raw in enumerate(fh, 1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")  # (a byte-order mark opens some files)
             except UnicodeDecodeError as exc:
                 raise DataFormatError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})", f"line {n}") from None
             if not line.strip():

@@ -80,8 +80,12 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
         backend = get_backend(args.device)
         methods = build_methods(args, encoder, backend)
         if any(getattr(m, "needs_calibration", False) for m in methods) and len(ds.questions) < args.folds:
-            raise ValueError(f"cross-validation with --folds {args.folds} needs at least {args.folds} questions, the "
-                             f"dataset has {len(ds.questions)}; pass --weights FILE, --fixed-weights or fewer --folds")
+            if len(ds.questions) < 2:
+                raise ValueError(f"cross-validation needs at least 2 questions, the dataset has "
+                                 f"{len(ds.questions)}; pass --weights FILE or --fixed-weights")
+            print(f"note: {len(ds.questions)} questions: cross-validated in {len(ds.questions)} folds (one question "
+                  f"each) rather than --folds {args.folds}", file=sys.stderr)
+            args.folds = len(ds.questions)
         if args.cluster:  # before the encoding: an unreachable scheduler fails early
             client = stack.enter_context(connect(args.cluster))
     except (ValueError, OSError, RuntimeError) as exc:

@@ -101,9 +101,11 @@ def read_rankings(path: str | Path, ds: Dataset) -> list[np.ndarray]:
     """The rankings of ``ds``'s questions from a ranking export (JSON Lines of ``{"question_id", "ranked"}``, as
     ``python -m assomem_gpu.eval --rankings`` writes): bank rows, best first. Every question needs a line (lines of
     other questions are skipped); a ``question_id`` that is not a string, a ``ranked`` that is not a list of distinct
-    utterance ids, or ids the bank does not hold are an error naming the line and the field."""
-    row_of = {u: i for i, u in enumerate(ds.bank.utt_ids)}
-    wanted = {q.id for q in ds.questions}
+    utterance ids, or ids its question's memory does not hold are an error naming the line and the field. An id is
+    read in its question's memory (LoCoMo's ``dia_id`` repeat across conversations)."""
+    ids = ds.bank.utt_ids
+    memory_of = {q.id: q.memory for q in ds.questions}
+    rows_of: dict[int, dict[str, int]] = {}  # memory -> its utterance ids' bank rows
     found: dict[str, np.ndarray] = {}
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
@@ -118,11 +120,15 @@ def read_rankings(path: str | Path, ds: Dataset) -> list[np.ndarray]:
                 raise ValueError(f"{path}:{n}: question_id: expected a string, got {type(qid).__name__}")
             if not isinstance(ranked, list) or not all(isinstance(u, str) for u in ranked):
                 raise ValueError(f"{path}:{n}: ranked: expected a list of utterance id strings")
-            if qid not in wanted:  # a question left out of ``ds`` (a sample, a held-out side)
+            if qid not in memory_of:  # a question left out of ``ds`` (a sample, a held-out side)
                 continue
+            memory = memory_of[qid]
+            if memory not in rows_of:
+                rows_of[memory] = {ids[i]: int(i) for i in ds.memory_utterances(memory)}
+            row_of = rows_of[memory]
             unknown = [u for u in ranked if u not in row_of]
             if unknown:
-                raise ValueError(f"{path}:{n}: ranked: utterance {unknown[0]!r} is not in the dataset")
+                raise ValueError(f"{path}:{n}: ranked: utterance {unknown[0]!r} is not in question {qid!r}'s memory")
             if len(set(ranked)) != len(ranked):
                 raise ValueError(f"{path}:{n}: ranked: an utterance is ranked twice")
             found[qid] = np.asarray([row_of[u] for u in ranked], np.int64)
