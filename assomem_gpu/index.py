@@ -287,7 +287,7 @@ class MemoryIndex:
         texts = _texts([questions] if single else _listed(questions, "questions"))
         if self.encoder is None:
             raise ValueError("questions: this index has no encoder; use search_embeddings")
-        _positive_k(k)
+        positive_k(k)
         with self._stage("encode"):
             emb = self.encoder.encode(prompted(self.encoder, "query", texts))
         hits = self._search(emb, texts, k, question_date, sessions, since, until)
@@ -319,7 +319,7 @@ class MemoryIndex:
                           until: Any = None) -> list[list[Hit]]:
         """``search`` for questions given as vectors (B, dim), read as ``search`` reads them (after the encoder's query
         prompt, ``encode.prompted``); ``texts`` (optional, without the prompt) feed BM25 and time expressions."""
-        emb = np.asarray(embeddings)
+        emb = _real(embeddings, "embeddings")
         emb = _vectors(emb[None] if emb.ndim == 1 else emb, "embeddings", None, self.dim)
         if texts is None:
             texts = [""] * len(emb)
@@ -329,7 +329,7 @@ class MemoryIndex:
                 raise ValueError(f"texts: one string per embedding row ({len(emb)}), got {len(texts)} items")
             for i, t in enumerate(texts):
                 _string(t, f"texts[{i}]")
-        _positive_k(k)
+        positive_k(k)
         return self._search(emb, texts, k, question_date, sessions, since, until)
 
     def _search(self, emb, texts, k, question_date, sessions, since, until) -> list[list[Hit]]:
@@ -447,7 +447,7 @@ def _listed(items, name: str) -> list:
     return list(items)
 
 
-def _positive_k(k) -> None:
+def positive_k(k) -> None:
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k: must be a positive integer, got {k!r}")
 
@@ -574,7 +574,7 @@ def _when(value, where: str, dated: bool, now: bool = False, end_of_day: bool = 
             raise ValueError(f"{where}: {value!r} lies outside the years 1 to 9999") from None
         if end_of_day and (isinstance(value, Date) and not isinstance(value, datetime)
                            or isinstance(value, str) and len(value.strip()) == 10):
-            ts += 86_400.0 - 1e-6
+            ts = math.nextafter(ts + 86_400.0, -math.inf)  # the last float before the next midnight, in any year
     return ts
 
 
@@ -616,13 +616,22 @@ def _question_dates(value, n: int, dated: bool) -> np.ndarray:
     return np.full(n, _when(value, "question_date", dated, now=dated), np.float64)
 
 
+def _real(x, where: str) -> np.ndarray:
+    """``x`` as a float32 array; ``TypeError`` naming ``where`` unless it holds real numbers (not strings, booleans
+    or complex numbers) in a rectangular shape."""
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:  # ragged rows
+        raise TypeError(f"{where}: not a rectangular numeric array ({exc})") from None
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{where}: expected real numbers, got an array of {arr.dtype}")
+    return arr.astype(np.float32, copy=False)
+
+
 def _vectors(x, where: str, rows: int | None, dim: int) -> np.ndarray:
     """Finite, non-zero rows of width ``dim`` (``rows`` of them when given), L2-normalised (rows within 1e-4 of unit
     norm are kept as given, so vectors that are normalised already keep their bits)."""
-    try:
-        arr = np.asarray(x, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{where}: not a numeric array ({exc})") from None
+    arr = _real(x, where)
     if arr.ndim != 2 or arr.shape[1] != dim or (rows is not None and len(arr) != rows):
         want = f"({rows if rows is not None else 'n'}, {dim})"
         raise ValueError(f"{where}: expected shape {want}, got {arr.shape}")

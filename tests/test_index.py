@@ -181,6 +181,9 @@ def test_filters_restrict_the_candidates_not_the_top_k():
     recent = index.search("note", k=50, since="2022-01-01")
     assert recent and "far" not in {h.session_id for h in recent}
     assert index.search("apple", since="2030-01-01") == []
+    index.add_sessions([Session("y3000", "3000-01-01", [Utterance("a note from the year 3000")]),
+                        Session("y3000b", "3000-01-02", [Utterance("a note from the next day")])])
+    assert {h.session_id for h in index.search("note", k=50, since="3000-01-01", until="3000-01-01")} == {"y3000"}
 
 
 def test_save_and_load_give_identical_rankings(tmp_path):
@@ -339,6 +342,11 @@ def test_bad_vectors_searches_and_removes_change_nothing():
         (lambda: index.search("apple", colour="red"), TypeError, "colour"),
         (lambda: index.search_embeddings(np.zeros((1, dim))), ValueError, "zero norm"),
         (lambda: index.search_embeddings(np.ones((2, dim)), texts=["a"]), ValueError, "texts"),
+        (lambda: index.search_embeddings([[1.0] * dim, [1.0]]), TypeError, "embeddings: not a rectangular"),
+        (lambda: index.search_embeddings(np.ones(dim, complex)), TypeError, "embeddings: expected real numbers"),
+        (lambda: index.search_embeddings(np.ones(dim, bool)), TypeError, "embeddings: expected real numbers"),
+        (lambda: index.search_embeddings([["1"] * dim]), TypeError, "embeddings: expected real numbers"),
+        (lambda: index.add_sessions(one, embeddings=np.ones((1, dim), complex)), TypeError, "embeddings"),
     ]:
         with pytest.raises(error, match=message):
             call()

@@ -213,6 +213,7 @@ BAD = [  # (what is sent, the field or limit the answer must name)
 BAD_SEARCH = [
     ({"questions": [], "k": 3}, "questions"),
     ({"questions": ["a"], "k": 0}, "k"),
+    ({"questions": ["a"], "k": True}, "k"),
     ({"questions": ["a"], "k": 10**9}, "k"),
     ({"questions": ["a"], "k": 3, "sessions": ["no-such-session"]}, "sessions"),
     ({"questions": ["a"], "k": 3, "since": "the day after"}, "since"),

@@ -460,9 +460,10 @@ def test_concurrent_searches_share_one_engine_call_and_get_their_own_answers(tmp
         assert batcher.requests == 12 and batcher.batches == 1
         for found, ask in zip(got, asks):
             assert [[h.utterance_id for h in q] for q in found] == alone(*ask)
-        got = asyncio.run(together([asks[0], (["kiwi"], 3, "not a date"), asks[1]]))
+        got = asyncio.run(together([asks[0], (["kiwi"], 3, "not a date"), asks[1], (["kiwi"], -1, None)]))
         assert isinstance(got[1], ValueError) and "question_date" in str(got[1])
         assert [[h.utterance_id for h in q] for q in got[2]] == alone(*asks[1])
+        assert isinstance(got[3], ValueError) and "k:" in str(got[3])  # not the batch's largest k, cut to k - 1
         searched, search = [], store.search
         store.search = lambda tenant, questions, **kw: searched.append(list(questions)) or search(tenant, questions,
                                                                                                   **kw)

@@ -16,6 +16,8 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from ..index import positive_k
+
 
 class Busy(Exception):
     """More questions wait than the batcher takes (``max_waiting``): the request is refused, to be retried later."""
@@ -56,6 +58,7 @@ class SearchBatcher:
         """``MemoryStore.search`` for a batch of questions, answered with whatever else arrives meanwhile. The batch
         runs in a task of its own: a request cancelled while it waits (its client gone) takes nobody's answer with
         it."""
+        positive_k(k)  # here: the batch's engine call takes the largest k of its requests
         key = (tenant, None if sessions is None else tuple(sessions), repr(since), repr(until))
         request = _Request(list(questions), k, question_date)
         self.requests += 1

@@ -46,7 +46,7 @@ class AddSessions(Strict):
 class Search(Strict):
     questions: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] = Field(min_length=1,
                                                                                      max_length=MAX_QUESTIONS)
-    k: int = Field(10, ge=1, le=MAX_K)
+    k: int = Field(10, ge=1, le=MAX_K, strict=True)
     question_date: str | float | None = None
     sessions: list[str] | None = Field(None, description="only these session ids")
     since: str | float | None = None
@@ -55,7 +55,7 @@ class Search(Strict):
 
 class Ask(Strict):
     question: str = Field(min_length=1, max_length=MAX_ANSWER_QUESTION)
-    k: int = Field(6, ge=1, le=MAX_ANSWER_K, description="retrieved utterances the LLM is shown")
+    k: int = Field(6, ge=1, le=MAX_ANSWER_K, strict=True, description="retrieved utterances the LLM is shown")
     question_date: str | float | None = None
     sessions: list[str] | None = Field(None, description="only these session ids")
     since: str | float | None = None
