@@ -1,4 +1,4 @@
-"""Evaluation: the batch runner and the ranking export (``python -m assomem_gpu.eval``); metrics in ``..metrics``."""
+"""The eval CLI (``python -m assomem_gpu.eval``): the batch runner and ranking export, scored by ``metrics.py``."""
 from ..metrics import DEFAULT_KS, mean_by_type, session_metrics, utterance_metrics
 from .runner import EvalResult, evaluate, write_rankings
 
