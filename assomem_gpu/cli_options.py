@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -164,6 +165,19 @@ def build_methods(args: argparse.Namespace, encoder: Encoder, backend: Backend) 
         fusion = fixed_weights(config.signals)
     return [make_method(m) if m in METHODS else make_assomem(m, config, encoder, fusion, backend)
             for m in args.methods]
+
+
+def fit_folds(args: argparse.Namespace, methods: list[Method], n_questions: int) -> None:
+    """Where a method is cross-validated (``needs_calibration``) over fewer questions than ``args.folds``: one
+    question a fold (``args.folds`` lowered, with a note on stderr); ``ValueError`` below 2 questions."""
+    if n_questions >= args.folds or not any(getattr(m, "needs_calibration", False) for m in methods):
+        return
+    if n_questions < 2:
+        raise ValueError(f"cross-validation needs at least 2 questions, the dataset has {n_questions}; pass "
+                         "--weights FILE or --fixed-weights")
+    print(f"note: {n_questions} questions: cross-validated in {n_questions} folds (one question each) rather than "
+          f"--folds {args.folds}", file=sys.stderr)
+    args.folds = n_questions
 
 
 def check_writable(path: Path) -> None:

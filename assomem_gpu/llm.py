@@ -169,9 +169,11 @@ def make_llm(spec: str = "smollm2") -> LLM:
 
 class ResponseCache:
     """SQLite store of LLM replies keyed by (LLM name, sha256 of the prompt and token limit); ``":memory:"`` keeps
-    nothing on disk. Default file: ``llm_responses.sqlite`` in the cache folder (``encode.default_cache_dir``)."""
+    nothing on disk. Default file: ``llm_responses.sqlite`` in the cache folder (``encode.default_cache_dir``).
+    Threads may share one: its connection serves one call at a time."""
 
     def __init__(self, path: Path | str | None = None):
+        self._lock = threading.Lock()
         if path == ":memory:":
             self._db = sqlite3.connect(":memory:", check_same_thread=False)
         else:
@@ -186,15 +188,16 @@ class ResponseCache:
         return hashlib.sha256(json.dumps([prompt, max_new_tokens]).encode()).digest()
 
     def get(self, llm: str, prompt: str, max_new_tokens: int) -> str | None:
-        row = self._db.execute("SELECT text FROM replies WHERE llm = ? AND key = ?",
-                               [llm, self._key(prompt, max_new_tokens)]).fetchone()
+        with self._lock:
+            row = self._db.execute("SELECT text FROM replies WHERE llm = ? AND key = ?",
+                                   [llm, self._key(prompt, max_new_tokens)]).fetchone()
         return None if row is None else row[0]
 
     def put_many(self, llm: str, items: Sequence[tuple[str, str]], max_new_tokens: int) -> None:
         """Store (prompt, reply) pairs in one transaction."""
-        with self._db:
-            self._db.executemany("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)",
-                                 [(llm, self._key(p, max_new_tokens), t) for p, t in items])
+        rows = [(llm, self._key(p, max_new_tokens), t) for p, t in items]
+        with self._lock, self._db:
+            self._db.executemany("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)", rows)
 
 
 def cached_chat(llm: LLM, prompts: Sequence[str], max_new_tokens: int, cache: ResponseCache | None,

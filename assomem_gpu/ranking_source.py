@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 
 from .backend import get_backend
-from .cli_options import ALL_METHODS, add_assomem_options, build_methods
+from .cli_options import ALL_METHODS, add_assomem_options, build_methods, fit_folds
 from .encode import DEFAULT_MODEL, ENCODER_HELP, add_prompt_options, make_encoder, prompt_options
 from .eval.runner import evaluate, read_rankings
 from .memory import Dataset
@@ -34,5 +34,6 @@ def rankings_from_options(args: argparse.Namespace, ds: Dataset, ks: list[int], 
     encoder.progress = progress
     (method,) = build_methods(argparse.Namespace(**{**vars(args), "methods": [args.method]}), encoder,
                               get_backend(args.device))
+    fit_folds(args, [method], len(ds.questions))
     return evaluate(EmbeddedDataset.build(ds, encoder), method, ks, progress=progress, folds=args.folds,
                     seed=args.seed).rankings

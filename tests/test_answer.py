@@ -38,6 +38,13 @@ def test_normalisation_is_squads_or_locomos():
     assert normalize_answer("an apple and a pear", "locomo") == "apple pear"  # LoCoMo drops "and" too
     assert token_f1("she was running", "she runs", "squad") == pytest.approx(2 * (1 / 3) * (1 / 2) / (1 / 3 + 1 / 2))
     assert token_f1("she was running", "she run", "locomo") == pytest.approx(0.8)  # Porter stems: run = run
+    # LoCoMo's exact match compares sets of tokens; its F1 is 0 where nothing is shared, empty sides included
+    for prediction, reference, em, f1 in (("Paris and London", "London and Paris", 1.0, 1.0),
+                                          ("Paris, Paris", "Paris", 1.0, 2 / 3), ("", "", 1.0, 0.0),
+                                          ("the", "a", 1.0, 0.0)):
+        assert (exact_match(prediction, reference, "locomo"), token_f1(prediction, reference, "locomo")) == \
+            (em, pytest.approx(f1))
+    assert (exact_match("", ""), token_f1("", "")) == (1.0, 1.0)  # SQuAD's: both empty is a match
     with pytest.raises(ValueError, match="style"):
         normalize_answer("x", "bleu")
 
@@ -158,6 +165,41 @@ def test_cached_chat_asks_only_what_the_cache_lacks(tmp_path):
     assert llm.prompts == ["alpha", "beta", "gamma"]
     assert cached_chat(llm, ["alpha"], 16, cache) == ["alpha/16"]  # another token limit is another reply
     assert cached_chat(CountingLLM("other"), ["alpha"], 8, cache) == ["alpha/8"] and len(llm.prompts) == 4
+
+
+def test_retrieval_for_answers_cross_validates_fewer_questions_than_folds(lme_file, capsys):
+    from assomem_gpu.answer.__main__ import parse_args
+    from assomem_gpu.ranking_source import rankings_from_options
+
+    ds = load_dataset(f"longmemeval:{lme_file}")
+    assert 2 <= len(ds.questions) < 5
+    args = parse_args(["--dataset", f"longmemeval:{lme_file}", "--encoder", "hashing", "--quiet",
+                       "--output", "unused"])
+    rankings = rankings_from_options(args, ds, [6], progress=False)
+    assert len(rankings) == len(ds.questions) and args.folds == len(ds.questions)
+    assert f"cross-validated in {len(ds.questions)} folds" in capsys.readouterr().err
+
+
+def test_one_cache_shared_by_threads_keeps_every_reply(tmp_path):
+    import threading
+
+    cache, errors = ResponseCache(tmp_path / "r.sqlite"), []
+
+    def ask(tag):
+        try:
+            for r in range(30):
+                prompts = [f"{tag}{r:02d}{i}" for i in range(6)]
+                assert cached_chat(CountingLLM(), prompts, 8, cache, batch=2) == [f"{p[:5]}/8" for p in prompts]
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(t,)) for t in "abcd"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(cache.get("counting", f"{t}{r:02d}{i}", 8) for t in "abcd" for r in range(30) for i in range(6))
 
 
 def test_answer_cli_over_a_ranking_export_with_a_real_server(tmp_path, answered_lme, llama_server, capsys):

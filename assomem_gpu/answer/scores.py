@@ -6,7 +6,8 @@ Two normalisations, by dataset (``STYLES``):
 - ``squad`` (SQuAD v2's ``normalize_answer``; every dataset but LoCoMo): lower case, drop punctuation, drop the
   articles a/an/the, collapse white space; F1 over the tokens, 1 when both sides are empty.
 - ``locomo`` (LoCoMo's ``evaluation.py``): drop commas first (so "1,000" is "1000"), then as SQuAD but "and" is
-  dropped with the articles, and F1 compares Porter stems (PyStemmer's ``porter``).
+  dropped with the articles; exact match compares the sets of tokens ("Paris and London" is "London and Paris"),
+  F1 compares Porter stems (PyStemmer's ``porter``) and is 0 where no token is shared, empty sides included.
 
 Answers that are numbers are compared as their text ("3" matches "3", not "three"), as both scripts do.
 """
@@ -43,14 +44,15 @@ def normalize_answer(text: str, style: str = "squad") -> str:
 
 
 def exact_match(prediction: str, reference: str, style: str = "squad") -> float:
-    return float(normalize_answer(prediction, style) == normalize_answer(reference, style))
+    pred, ref = normalize_answer(prediction, style), normalize_answer(reference, style)
+    return float(set(pred.split()) == set(ref.split()) if style == "locomo" else pred == ref)
 
 
 def token_f1(prediction: str, reference: str, style: str = "squad") -> float:
     pred, ref = normalize_answer(prediction, style).split(), normalize_answer(reference, style).split()
     if style == "locomo":
         pred, ref = _porter().stemWords(pred), _porter().stemWords(ref)
-    if not pred or not ref:
+    if style == "squad" and (not pred or not ref):
         return float(pred == ref)
     same = sum((Counter(pred) & Counter(ref)).values())
     if same == 0:

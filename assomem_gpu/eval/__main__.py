@@ -9,7 +9,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from ..backend import get_backend
-from ..cli_options import ALL_METHODS, add_assomem_options, add_cluster_option, build_methods, check_writable
+from ..cli_options import (ALL_METHODS, add_assomem_options, add_cluster_option, build_methods, check_writable,
+                           fit_folds)
 from ..cluster import Workers, connect, worker_peak_rss_mb
 from ..data import load_dataset
 from ..encode import DEFAULT_MODEL, ENCODER_HELP, add_prompt_options, make_encoder, prompt_options
@@ -79,13 +80,7 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
         encoder = make_encoder(args.encoder, prompts=prompt_options(args))
         backend = get_backend(args.device)
         methods = build_methods(args, encoder, backend)
-        if any(getattr(m, "needs_calibration", False) for m in methods) and len(ds.questions) < args.folds:
-            if len(ds.questions) < 2:
-                raise ValueError(f"cross-validation needs at least 2 questions, the dataset has "
-                                 f"{len(ds.questions)}; pass --weights FILE or --fixed-weights")
-            print(f"note: {len(ds.questions)} questions: cross-validated in {len(ds.questions)} folds (one question "
-                  f"each) rather than --folds {args.folds}", file=sys.stderr)
-            args.folds = len(ds.questions)
+        fit_folds(args, methods, len(ds.questions))
         if args.cluster:  # before the encoding: an unreachable scheduler fails early
             client = stack.enter_context(connect(args.cluster))
     except (ValueError, OSError, RuntimeError) as exc:
