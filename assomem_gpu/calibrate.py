@@ -39,8 +39,11 @@ def cross_validated_rankings(method: AssoMem, data: EmbeddedDataset, questions: 
     feats = compute_features(method, data, questions, batch_size, progress, workers)
     folds = folds_of(data, questions, k, seed)
     if workers is not None:
-        out = workers.per_fold(method, folds, fold_rankings, list(questions), workers.send(feats), depth,
-                               progress=progress)
+        sent = workers.send(feats)
+        try:
+            out = workers.per_fold(method, folds, fold_rankings, list(questions), sent, depth, progress=progress)
+        finally:
+            workers.forget(sent)
     else:
         out = {}
         for fold in folds:

@@ -23,6 +23,8 @@ runs those tasks again, at most ``RESENDS`` times.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
@@ -63,11 +65,7 @@ def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Any]:
     except ImportError:
         raise RuntimeError("cluster: Dask is not installed; pip install 'assomem_gpu[dist]'") from None
     if spec.startswith("tcp://"):
-        try:
-            client = Client(spec, timeout=f"{timeout_s}s", set_as_default=False)
-        except (OSError, TimeoutError) as exc:
-            raise ValueError(f"cluster: no Dask scheduler answered at {spec} within {timeout_s:g} s ({exc})") from None
-        with client:
+        with _scheduler(Client, spec, timeout_s) as client:
             yield client
         return
     # A nanny writes Dask's pre-spawn variables (one BLAS and OpenMP thread) into this process's environment before it
@@ -87,6 +85,33 @@ def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Any]:
         os.environ.clear()
         os.environ.update(environ)
     with cluster, Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+@contextmanager
+def _scheduler(client_class, address: str, timeout_s: float) -> Iterator[Any]:
+    """A client of the scheduler at ``address``; ``ValueError`` naming it when none answers within ``timeout_s``
+    (Dask's own timeout does not cover a handshake that never ends: another service on that port) or what answers
+    is no Dask scheduler. The connection is made in a daemon thread, so one that hangs holds up nothing."""
+    made: list = []
+
+    def make():
+        try:
+            made.append(client_class(address, timeout=f"{timeout_s}s", set_as_default=False))
+        except Exception as exc:  # noqa: BLE001 - whatever answered, reported below
+            made.append(exc)
+
+    threading.Thread(target=make, name="dask-connect", daemon=True).start()
+    deadline = time.monotonic() + timeout_s + 2
+    while not made and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not made or isinstance(made[0], (OSError, TimeoutError)):
+        raise ValueError(f"cluster: no Dask scheduler answered at {address} within {timeout_s:g} s"
+                         + (f" ({made[0]})" if made else ""))
+    if isinstance(made[0], Exception):
+        raise ValueError(f"cluster: what answered at {address} is not a Dask scheduler ({type(made[0]).__name__}: "
+                         f"{made[0]})")
+    with made[0] as client:
         yield client
 
 
@@ -110,12 +135,24 @@ class Workers:
         if wide:
             raise ValueError(f"cluster: workers must run one thread each (dask worker --nthreads 1), these run more: "
                              f"{wide}")
+        self._values: dict[str, Any] = {}  # each sent future's key -> its value, to send again if workers lose it
+        self._renamed: dict[str, str] = {}  # a future's key -> the key of the one that replaced it when sent again
         self._data = self.send(data)
         self._methods: dict[int, tuple] = {}  # id(method) -> (method, its derived state, their futures)
 
     def send(self, value: Any):
-        """``value`` on every worker, as one future to pass to a task."""
-        return self.client.scatter([value], broadcast=True, hash=False)[0]
+        """``value`` on every worker, as one future to pass to a task; kept here, until ``forget``, to send again
+        where the workers lose it."""
+        future = self.client.scatter([value], broadcast=True, hash=False)[0]
+        self._values[future.key] = value
+        return future
+
+    def forget(self, future) -> None:
+        """Let go of a value ``send`` sent (or what replaced it when sent again) that no task will pass any more."""
+        key = future.key
+        while key in self._renamed:
+            key = self._renamed.pop(key)
+        self._values.pop(key, None)
 
     def per_memory(self, method: Method, questions: Sequence[int], fn: Callable, *args, progress: bool = True) -> list:
         """``fn(method, data, group, *args)``, one task per memory's ``group`` of ``questions``; one value per
@@ -182,14 +219,23 @@ class Workers:
         return out
 
     def _sent_again(self, method: Method, calls: list[tuple]) -> list[tuple]:
-        """The dataset and ``method`` (with its derived state) sent to the workers again, and ``calls`` with the old
-        futures among their arguments replaced by the new ones."""
-        _, derived, *old = self._methods[id(method)]
-        old.append(self._data)
-        self._data = self.send(self.data)
-        self._methods[id(method)] = (method, derived, self.send(method), self.send(derived))
-        new = dict(zip((f.key for f in old), [*self._methods[id(method)][2:], self._data]))
-        return [(tuple(new.get(getattr(a, "key", None), a) for a in call), qs) for call, qs in calls]
+        """What ``calls`` pass as futures (the features of cross-validation's folds, say), the dataset and
+        ``method`` with its derived state sent to the workers again, and ``calls`` with the new futures."""
+        from distributed import Future
+
+        fresh: dict[str, Any] = {}
+
+        def again(arg):
+            if isinstance(arg, Future) and arg.key in self._values:  # first met: sent again
+                fresh[arg.key] = self.send(self._values.pop(arg.key))
+                self._renamed[arg.key] = fresh[arg.key].key
+            return fresh.get(arg.key, arg) if isinstance(arg, Future) else arg
+
+        calls = [(tuple(again(a) for a in call), qs) for call, qs in calls]
+        self._data = again(self._data)
+        _, derived, *sent = self._methods[id(method)]
+        self._methods[id(method)] = (method, derived, *(again(f) for f in sent))
+        return calls
 
 
 def _bound(fn: Callable, method: Method, data: EmbeddedDataset, derived: Any, group: list[int], *args) -> list:

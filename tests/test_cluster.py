@@ -124,6 +124,31 @@ def test_a_run_whose_sent_data_was_lost_sends_it_again(many_memories):
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))
 
 
+def test_cross_validation_whose_sent_features_were_lost_sends_them_again(many_memories):
+    """The features that cross-validation sends for its fold tasks are sent again where the workers lose them
+    (here: cancelled as they are sent), as the dataset is."""
+    from assomem_gpu.calibrate import cross_validated_rankings
+
+    ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=30)
+    data = EmbeddedDataset.build(ds, make_encoder("hashing"))
+    method, questions = AssoMem(encoder=make_encoder("hashing"), device="cpu"), list(range(len(ds.questions)))
+    one, _ = cross_validated_rankings(method, data, questions, 4, 50, progress=False)
+    with connect("local:1") as client:
+        workers, send, lost = Workers(client, data), Workers.send, []
+
+        def send_and_lose(self, value):
+            future = send(self, value)
+            if isinstance(value, list) and not lost:  # the features, the first time
+                client.cancel(future)
+                lost.append(future.key)
+            return future
+
+        workers.send = send_and_lose.__get__(workers)
+        spread, _ = cross_validated_rankings(method, data, questions, 4, 50, progress=False, workers=workers)
+        assert lost and not [v for v in workers._values.values() if isinstance(v, list)]  # forgotten once run
+    assert all(np.array_equal(a, b) for a, b in zip(one, spread))
+
+
 def test_baselines_and_cross_validation_run_as_tasks(many_memories):
     ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=30)
     data = EmbeddedDataset.build(ds, make_encoder("hashing"))
@@ -144,6 +169,25 @@ def test_a_scheduler_that_is_not_there_is_a_clear_error(capsys, jsonl_file):
     with pytest.raises(ValueError, match=f"no Dask scheduler answered at tcp://127.0.0.1:{port} within 1 s"):
         with connect(f"tcp://127.0.0.1:{port}", timeout_s=1):
             pass
+    for greeting in (b"", b"SSH-2.0-OpenSSH_9.6\r\n"):  # a service that never speaks (an HTTP server), or one that
+        # greets first: neither is a scheduler
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+            def answer():
+                peer, _ = server.accept()
+                peer.sendall(greeting)
+                time.sleep(8)
+                peer.close()
+
+            threading.Thread(target=answer, daemon=True).start()
+            start = time.monotonic()
+            with pytest.raises(ValueError, match=f"at {address}"):
+                with connect(address, timeout_s=1):
+                    pass
+            assert time.monotonic() - start < 6
     for spec in ("local:0", "local:two", "mpi://x"):
         assert eval_main(["--dataset", f"jsonl:{jsonl_file}", "--encoder", "hashing", "--cluster", spec]) == 2
         assert "cluster must be 'local:N'" in capsys.readouterr().err
