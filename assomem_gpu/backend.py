@@ -361,7 +361,8 @@ def cuda_backend() -> Backend:
                                                  f"{cuda_lib.unavailable_reason()}; {spmm_reason()}")
     topk_reason = numba_cuda_reason()
     topk, topk_choice = (fused_topk_cuda, Choice("cuda: Numba CUDA kernel", "preferred")) if topk_reason is None \
-        else (fused_topk_cpu, Choice("cpu: Numba parallel twin", topk_reason))
+        else (_on_host(fused_topk_cpu), Choice("cpu: Numba parallel twin (the candidates copied to the host)",
+                                               topk_reason))
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.runtime.getDevice())
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     components = {"arrays": Choice("cuda: CuPy", "preferred"), "ppr_step": step_choice,
@@ -373,11 +374,23 @@ def cuda_backend() -> Backend:
                    components=components)
 
 
-def _device_top_k(scores, k: int):
-    """``retrieve.top_k`` on the device: a stable sort of each row (NaN last), the first ``k``."""
+def _on_host(kernel: Callable) -> Callable:
+    """A CPU kernel that takes and gives CuPy arrays: its array inputs copied to the host, its outputs back."""
     import cupy
 
-    return cupy.argsort(-cupy.nan_to_num(scores, nan=-cupy.inf), axis=-1)[..., :k]
+    def run(*args):
+        out = kernel(*(cupy.asnumpy(a) if isinstance(a, cupy.ndarray) else a for a in args))
+        return tuple(cupy.asarray(o) for o in out)
+
+    return run
+
+
+def _device_top_k(scores, k: int):
+    """``retrieve.top_k`` on the device: a stable sort of each row (NaN as -inf, tied with it by index, as on the
+    host), the first ``k``."""
+    import cupy
+
+    return cupy.argsort(-cupy.where(cupy.isnan(scores), -cupy.inf, scores), axis=-1)[..., :k]
 
 
 def _similarity_choice() -> Choice:

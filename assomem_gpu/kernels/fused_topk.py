@@ -32,7 +32,7 @@ def fused_one(scores, c, n_signals, maxes, sums, weights, inv_t):
     """Eq. 4 for candidate ``c``: sum_d w_d · exp((z_cd − max_d) / T) / sum_d."""
     total = 0.0
     for d in range(n_signals):
-        total += weights[d] * math.exp((scores[c, d] - maxes[d]) * inv_t) / sums[d]
+        total += float(weights[d]) * math.exp((scores[c, d] - maxes[d]) * inv_t) / sums[d]  # (float64, as hardware)
     return total
 
 
