@@ -84,7 +84,7 @@ def keyword_clues(sessions: Sequence[Sequence[str]], n_terms: int = 8) -> list[s
     owner = session_of_text[text_of]
     pair = np.flatnonzero(text_of[1:] == text_of[:-1])  # bigrams: neighbours in one utterance
     v = max(len(words), 1)
-    idf = np.asarray([_idf(w) for w in words], np.float64)
+    idf = _idf(words)
     uni, uni_n = np.unique(owner * v + tok, return_counts=True)
     pairs, pair_id = np.unique(tok[pair] * v + tok[pair + 1], return_inverse=True)  # each distinct bigram once
     bi, bi_n = np.unique(owner[pair] * max(len(pairs), 1) + pair_id, return_counts=True)  # keys < sessions · pairs
@@ -107,9 +107,11 @@ def keyword_clues(sessions: Sequence[Sequence[str]], n_terms: int = 8) -> list[s
     return out
 
 
-@functools.lru_cache(maxsize=1 << 18)
-def _idf(word: str) -> float:
-    return -math.log(max(_english()[0].get(word, 0.0), RAREST))
+def _idf(words: Sequence[str]) -> np.ndarray:
+    """−log(frequency in English) of each word (float64), at most −log(``RAREST``). Not cached across calls: a
+    process-wide cache would hold the words of sessions deleted since."""
+    freq = _english()[0]
+    return np.asarray([-math.log(max(freq.get(w, 0.0), RAREST)) for w in words], np.float64)
 
 
 def centroid_embeddings(offsets: np.ndarray, utt_emb: np.ndarray) -> np.ndarray:

@@ -181,7 +181,7 @@ def test_keyword_clues_of_many_sessions_are_each_sessions_own_by_the_definition(
             words = [w for w in re.findall(r"(?u)\b[a-zA-Z][a-zA-Z0-9'-]+\b", text.lower()) if w not in _english()[1]]
             counts.update(words)
             counts.update(" ".join(p) for p in zip(words, words[1:]))
-        score = {t: (1 + math.log(n)) * max(_idf(w) for w in t.split(" ")) for t, n in counts.items()}
+        score = {t: (1 + math.log(n)) * _idf(t.split(" ")).max() for t, n in counts.items()}
         return ", ".join(sorted(score, key=lambda t: (-score[t], t))[:n_terms])
 
     rng = np.random.default_rng(5)
