@@ -35,8 +35,9 @@ def parse_timestamp(value: str | float | int | None) -> float:
     import dateparser
 
     parsed = dateparser.parse(text, languages=["en"], settings={"PREFER_DAY_OF_MONTH": "first",
-                                                                 "RELATIVE_BASE": datetime(2000, 1, 1)})
-    if parsed is None or _is_relative(text):
+                                                                 "RELATIVE_BASE": datetime(2000, 1, 1),
+                                                                 "REQUIRE_PARTS": ["year"]})
+    if parsed is None or _is_relative(text):  # (a date without its year, or a weekday, time or "ago" alone)
         raise ValueError(f"not an absolute date: {value!r}")
     return _posix(parsed)
 

@@ -47,6 +47,8 @@ def test_longmemeval_plain_json(tmp_path, lme_items):
     (lambda items: [{k: v for k, v in items[0].items() if k != "haystack_sessions"}], "field 'haystack_sessions': missing"),
     (lambda items: [{**items[0], "haystack_dates": items[0]["haystack_dates"][:1]}], "differ in length"),
     (lambda items: [{**items[0], "haystack_dates": ["not a date"] * 3}], "field 'haystack_dates': not an absolute date"),
+    (lambda items: [{**items[0], "question_date": "8 May"}], "field 'question_date': not an absolute date"),  # no
+    # year: not put in 2000
     (lambda items: [items[0], {**items[0], "question_id": "q9",
                                "haystack_sessions": [[{"role": "user", "content": "changed"}]] * 3}],
      "appears twice with different content"),
