@@ -48,7 +48,10 @@ def read(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     format or version."""
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # a lone .npy array
+            raise ValueError(f"a single {type(loaded).__name__}, not an archive")
+        with loaded as npz:
             members = {name: npz[name] for name in npz.files}  # reads every member: CRCs are checked here
     except FileNotFoundError as exc:
         raise SnapshotError(f"{path}: no such file") from exc
@@ -58,12 +61,17 @@ def read(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         head = _unjson(members.pop("format.json"))
     except (KeyError, ValueError) as exc:
         raise SnapshotError(f"{path}: not an index snapshot (no readable format header)") from exc
+    if not isinstance(head, dict):
+        raise SnapshotError(f"{path}: not an index snapshot (a format header of {type(head).__name__})")
     if head.get("format") != FORMAT:
         raise SnapshotError(f"{path}: not an index snapshot (format {head.get('format')!r})")
     if head.get("version") != VERSION:
         raise SnapshotError(f"{path}: snapshot format version {head.get('version')!r}; this assomem_gpu reads "
                             f"version {VERSION} (rebuild the index from its sessions)")
-    documents = {k[: -len(".json")]: _unjson(v) for k, v in members.items() if k.endswith(".json")}
+    try:
+        documents = {k[: -len(".json")]: _unjson(v) for k, v in members.items() if k.endswith(".json")}
+    except ValueError as exc:  # (json's and UTF-8's errors are ValueErrors)
+        raise SnapshotError(f"{path}: a document of the snapshot is not readable JSON ({exc})") from exc
     arrays = {k: v for k, v in members.items() if not k.endswith(".json")}
     return documents, arrays
 

@@ -244,7 +244,11 @@ def test_broken_snapshots_are_clear_errors(tmp_path):
     flipped[len(data) // 3] ^= 0xFF
     (tmp_path / "flip.npz").write_bytes(bytes(flipped))
     (tmp_path / "junk.npz").write_text("hello")
-    for name in ("cut.npz", "flip.npz", "junk.npz", "missing.npz"):
+    np.save(tmp_path / "lone.npy", np.zeros(3))  # an array, not an archive
+    np.savez(tmp_path / "listhead.npz", **{"format.json": np.frombuffer(b"[1, 2]", np.uint8)})
+    head = np.frombuffer(b'{"format": "assomem-index", "version": 1}', np.uint8)
+    np.savez(tmp_path / "badjson.npz", **{"format.json": head, "index.json": np.frombuffer(b"{", np.uint8)})
+    for name in ("cut.npz", "flip.npz", "junk.npz", "missing.npz", "lone.npy", "listhead.npz", "badjson.npz"):
         with pytest.raises(SnapshotError, match=name):
             MemoryIndex.load(tmp_path / name, encoder=HashingEncoder())
     documents, arrays = read(path)
