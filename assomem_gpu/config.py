@@ -71,8 +71,11 @@ class AssoMemConfig:
         object.__setattr__(self, "weight_temperatures", tuple(self.weight_temperatures))
         if not self.signals or len(set(self.signals)) != len(self.signals) or set(self.signals) - set(SIGNALS):
             raise ValueError(f"AssoMemConfig.signals must be distinct names from {SIGNALS}, got {self.signals}")
-        if not isinstance(self.sentences, bool):
-            raise ValueError(f"AssoMemConfig.sentences must be true or false, got {self.sentences!r}")
+        for name in ("sentences", "clues"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"AssoMemConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        if not (isinstance(self.llm, str) and self.llm.strip()):
+            raise ValueError(f"AssoMemConfig.llm must be an LLM spec (see llm.make_llm), got {self.llm!r}")
         if self.clue_mode not in CLUE_MODES:
             raise ValueError(f"AssoMemConfig.clue_mode must be one of {CLUE_MODES}, got {self.clue_mode!r}")
         for name, low in (("top_clues", 1), ("min_candidates", 0), ("max_iter", 1), ("ppr_hops", 0),

@@ -15,6 +15,7 @@ signal a question lacks weighs as if the model had been fitted without it).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -87,6 +88,11 @@ class FusionModel:
         if self.cmi.shape != (len(self.types), len(self.signals)):
             raise ValueError(f"FusionModel.cmi must be (types, signals) = ({len(self.types)}, {len(self.signals)}), "
                              f"got {self.cmi.shape}")
+        if not np.isfinite(self.cmi).all():
+            raise ValueError("FusionModel.cmi must be finite")
+        t = self.weight_temperature
+        if not (isinstance(t, (int, float, np.floating)) and not isinstance(t, bool) and math.isfinite(t) and t > 0):
+            raise ValueError(f"FusionModel.weight_temperature must be finite and > 0, got {t!r}")
 
     @property
     def type_weights(self) -> np.ndarray:

@@ -52,7 +52,8 @@ class GraphConfig:
     def __post_init__(self):
         for name in ("delta", "gamma"):  # cosines: above 1 means "never" (the hybrid baselines' δ = 1.01)
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= -1):
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and value >= -1):
                 raise ValueError(f"GraphConfig.{name} must be a finite cosine threshold >= -1, got {value!r}")
         for name, low in (("max_neighbors", 0), ("exact_limit", 0), ("n_probe", 1), ("list_size", 1)):
             value = getattr(self, name)
@@ -60,8 +61,11 @@ class GraphConfig:
                 raise ValueError(f"GraphConfig.{name} must be an integer >= {low}, got {value!r}")
         if self.clue_merge not in CLUE_MERGES:
             raise ValueError(f"GraphConfig.clue_merge must be one of {CLUE_MERGES}, got {self.clue_merge!r}")
-        if not (isinstance(self.adjacency_weight, (int, float)) and 0 <= self.adjacency_weight < math.inf):
+        if not (isinstance(self.adjacency_weight, (int, float)) and not isinstance(self.adjacency_weight, bool)
+                and 0 <= self.adjacency_weight < math.inf):
             raise ValueError(f"GraphConfig.adjacency_weight must be finite and >= 0, got {self.adjacency_weight!r}")
+        if not isinstance(self.speakers, bool):
+            raise ValueError(f"GraphConfig.speakers must be true or false, got {self.speakers!r}")
 
 
 @dataclass(frozen=True)

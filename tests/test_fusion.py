@@ -188,3 +188,13 @@ def test_calibration_reads_the_configs_type_prior():
            for m in (0.0, 10.0)]
     small = fit[0].types.index("small")
     assert fit[0].cmi[small, 1] > fit[0].cmi[small, 0] and fit[1].cmi[small, 0] > fit[1].cmi[small, 1]
+
+
+@pytest.mark.parametrize("temperature, cmi, field", [(0.0, [[0.1, 0.2]], "weight_temperature"),
+                                                     (-1.0, [[0.1, 0.2]], "weight_temperature"),
+                                                     (0.2, [[0.1, float("nan")]], "cmi")])
+def test_a_fusion_model_with_weights_that_cannot_be_made_is_refused(temperature, cmi, field):
+    """T_w 0 gives NaN weights and a negative one turns them round; a NaN CMI poisons every weight."""
+    with pytest.raises(ValueError, match=f"FusionModel.{field}"):
+        FusionModel(["a", "b"], ["t"], cmi, temperature)
+

@@ -722,6 +722,18 @@ def test_a_config_saved_before_leader_clues_merges_by_components_and_the_shipped
     assert AssoMemConfig.from_json(shipped["config"]) == AssoMemConfig()  # recalibrate them when a default changes
 
 
+@pytest.mark.parametrize("make, field", [
+    (lambda: AssoMemConfig(clues="false"), "clues"), (lambda: AssoMemConfig(clues=0), "clues"),
+    (lambda: AssoMemConfig(llm=3), "llm"), (lambda: GraphConfig(speakers="no"), "speakers"),
+    (lambda: GraphConfig(delta=True), "delta"), (lambda: GraphConfig(adjacency_weight=True), "adjacency_weight"),
+    (lambda: AssoMemConfig.from_json({**AssoMemConfig().to_json(), "clues": "false"}), "clues"),
+])
+def test_flags_and_numbers_of_another_type_are_refused(make, field):
+    """A truthy string is not True, nor a bool a threshold: each names its field."""
+    with pytest.raises(ValueError, match=field):
+        make()
+
+
 def test_weight_temperatures_are_checked_and_a_config_saved_with_one_fixes_it():
     assert AssoMemConfig().weight_temperatures == WEIGHT_TEMPERATURES == (0.05, 0.1, 0.2, 0.5, 1.0)
     for bad in (0.1, np.float32(0.1), "0.1", (), (0.1, 0.1), (0.5, 0.1), (0.1, -1.0), (0.1, float("nan"))):
