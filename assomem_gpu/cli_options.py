@@ -156,7 +156,7 @@ def build_methods(args: argparse.Namespace, encoder: Encoder, backend: Backend) 
     """The methods named by ``--method``; AssoMem configured by the options or a weights file."""
     fusion, base = None, None
     if args.weights:
-        fusion, saved = load_weights(args.weights)
+        fusion, saved = load_weights(args.weights, encoder.name)
         base = AssoMemConfig.from_json(saved)
     config = config_from_options(args, base)
     if fusion is not None and list(config.signals) != fusion.signals:

@@ -90,7 +90,8 @@ class TransformersEncoder:
             self.path, self.tokenizer.model_max_length, int(getattr(config, "max_position_embeddings", 512)))
         self.dim = int(config.hidden_size)
         self.prompts = model_prompts(self.path, prompts)
-        self.name = _encoder_name(model, self.pooling, self.normalize, self.max_length, self.prompts)
+        self.name = _encoder_name(model_identity(model, self.path), self.pooling, self.normalize, self.max_length,
+                                  self.prompts)
         self._model = None  # loaded on the first encode, so fully cached runs never load the weights
 
     def __getstate__(self) -> dict:
@@ -147,10 +148,30 @@ def _length_batches(texts: Sequence[str], size: int) -> list[np.ndarray]:
 
 
 def _encoder_name(model: str, pooling: str, normalize: bool, max_length: int, prompts: Mapping[str, str]) -> str:
-    """An encoder's identity (the cache key, and what a store checks): the model, what turns its hidden states into
-    vectors, and the prompts it reads texts with."""
+    """An encoder's identity (the cache key, and what a store and a snapshot check): the model (a model file's
+    ``model_identity``), what turns its hidden states into vectors, and the prompts it reads texts with."""
     return f"{model}|{pooling}|norm={normalize}|max={max_length}" + "".join(
         f"|{role}={prompts[role]!r}" for role in PROMPT_ROLES if prompts.get(role))
+
+
+def model_identity(model: str, path: Path) -> str:
+    """Which weights ``model`` (as given) names, its files in folder ``path``: the bundled MiniLM by its name; a
+    local folder by its name and ``files_stamp`` (so a folder trained again in place, or another folder reached by the
+    same relative path, is another model); a hub id with the commit of the snapshot it resolved to."""
+    if model in _BUNDLED:
+        return model
+    if Path(model).expanduser().is_dir():
+        return f"{path.name}@{files_stamp(path)}"
+    return f"{model}@{path.name[:12]}" if path.parent.name == "snapshots" else model
+
+
+def files_stamp(path: Path) -> str:
+    """12 hex digits of a digest of the file ``path``, or of the files under the folder ``path`` (each file's name
+    from ``path``'s parent, size and modification time): another stamp where any file changed."""
+    files = sorted(p for p in ([path] if path.is_file() else path.rglob("*"))
+                   if p.is_file() and "__pycache__" not in p.parts)
+    return hashlib.sha256(repr([(str(p.relative_to(path.parent)), p.stat().st_size, p.stat().st_mtime_ns)
+                                for p in files]).encode()).hexdigest()[:12]
 
 
 PROMPT_ROLES = ("query", "passage")
@@ -202,13 +223,20 @@ def _sentence_transformers_config(path: Path, model_max_length: int, max_positio
     pool_cfg = path / "1_Pooling" / "config.json"
     if pool_cfg.exists():
         cfg = json.loads(pool_cfg.read_text())
-        for mode in ("cls_token", "max_tokens", "mean_tokens"):
-            if cfg.get(f"pooling_mode_{mode}"):
-                pooling = mode.split("_")[0]
-                break
+        modes = [k.removeprefix("pooling_mode_") for k, v in cfg.items() if k.startswith("pooling_mode_") and v]
+        unread = [m for m in modes if m not in ("cls_token", "max_tokens", "mean_tokens")]
+        if unread or len(modes) > 1:
+            raise ValueError(f"encoder {path}: pooling {modes} is not one of cls_token, max_tokens, mean_tokens "
+                             "alone, which this encoder runs")
+        pooling = modes[0].split("_")[0] if modes else pooling
     modules = path / "modules.json"
     if modules.exists():
-        normalize = any(m.get("type", "").endswith("Normalize") for m in json.loads(modules.read_text()))
+        kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in json.loads(modules.read_text())]
+        unread = [k for k in kinds if k not in ("Transformer", "Pooling", "Normalize")]
+        if unread:
+            raise ValueError(f"encoder {path}: sentence-transformers modules {unread} (after the transformer, pooling "
+                             "and normalisation) are not run here; their vectors would differ")
+        normalize = "Normalize" in kinds
     limit = max_positions
     st_cfg = path / "sentence_bert_config.json"
     if st_cfg.exists() and "max_seq_length" in json.loads(st_cfg.read_text()):
@@ -355,7 +383,8 @@ class OnnxEncoder:
             self.path, int(tok_config.get("model_max_length", 10**30)), int(config.get("max_position_embeddings", 512)))
         self.dim = int(config["hidden_size"])
         self.prompts = model_prompts(self.path, prompts)
-        self.name = _encoder_name(model, self.pooling, self.normalize, self.max_length, self.prompts)
+        self.name = _encoder_name(model_identity(model, self.path), self.pooling, self.normalize, self.max_length,
+                                  self.prompts)
         self.tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_length)
         padding = self.tokenizer.padding or {}  # tokenizer.json's own, which transformers falls back to
@@ -372,11 +401,8 @@ class OnnxEncoder:
         return {**self.__dict__, "_session": None}
 
     def export_path(self) -> Path:
-        """The export of this model's files: a digest of their names, sizes and modification times."""
-        digest = hashlib.sha256(f"{self.path}|opset={ONNX_OPSET}".encode())
-        for file in sorted(p for p in self.path.rglob("*") if p.is_file()):
-            stat = file.stat()
-            digest.update(f"|{file.relative_to(self.path)}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+        """The export of this model's files (``files_stamp``) at this opset."""
+        digest = hashlib.sha256(f"{self.path}|opset={ONNX_OPSET}|{files_stamp(self.path)}".encode())
         return onnx_dir() / f"{digest.hexdigest()[:32]}.onnx"
 
     def _loaded(self):

@@ -239,10 +239,13 @@ def default_fusion(signals: Sequence[str], encoder_name: str | None) -> FusionMo
     from importlib.resources import files
 
     obj = json.loads(files("assomem_gpu").joinpath(DEFAULT_WEIGHTS).read_text(encoding="utf-8"))
-    model = FusionModel.from_json(obj["fusion"])
-    if obj.get("encoder") != encoder_name:
-        model = replace(model, coef=None, intercept=None)
-    return restrict(model, signals)
+    return restrict(_read_by(FusionModel.from_json(obj["fusion"]), obj.get("encoder"), encoder_name), signals)
+
+
+def _read_by(model: FusionModel, calibrated_with: str | None, encoder_name: str | None) -> FusionModel:
+    """``model`` for questions embedded by ``encoder_name``: without its type classifier (every type counts equally)
+    where it was calibrated with another encoder, whose embeddings the classifier read."""
+    return model if calibrated_with == encoder_name else replace(model, coef=None, intercept=None)
 
 
 def save_weights(path: str | Path, model: FusionModel, config: dict, encoder: str | None = None) -> None:
@@ -250,12 +253,15 @@ def save_weights(path: str | Path, model: FusionModel, config: dict, encoder: st
     Path(path).write_text(json.dumps({"fusion": model.to_json(), "config": config, "encoder": encoder}, indent=1) + "\n")
 
 
-def load_weights(path: str | Path) -> tuple[FusionModel, dict]:
+def load_weights(path: str | Path, encoder_name: str | None = None) -> tuple[FusionModel, dict]:
+    """The fusion model and the config saved in a weights file; with ``encoder_name`` (the encoder the questions will
+    be embedded by), without its type classifier where the file was calibrated with another (as ``default_fusion``)."""
     try:
         obj = json.loads(Path(path).read_text())
-        return FusionModel.from_json(obj["fusion"]), obj.get("config", {})
+        model, config = FusionModel.from_json(obj["fusion"]), obj.get("config", {})
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: not a weights file written by python -m assomem_gpu.calibrate ({exc})") from exc
+    return (model if encoder_name is None else _read_by(model, obj.get("encoder"), encoder_name)), config
 
 
 @dataclass

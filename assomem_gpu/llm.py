@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from .encode import default_cache_dir
+from .encode import default_cache_dir, files_stamp
 from .memory import MemoryBank
 from .prompts import TOPIC_PROMPT
 
@@ -137,16 +137,10 @@ class OpenAICompatibleLLM:
 
 
 def _model_identity(model: str | Path) -> str:
-    """A model id as given; a local folder or file as its absolute path and a fingerprint of its files (names, sizes,
-    modification times), so that a model tuned again into the same folder is not taken for the old one."""
+    """A model id as given; a local folder or file as its absolute path and its ``files_stamp``, so that a model tuned
+    again into the same folder is not taken for the old one."""
     path = Path(str(model))
-    if not path.exists():
-        return str(model)
-    files = sorted(p for p in ([path] if path.is_file() else path.rglob("*"))
-                   if p.is_file() and "__pycache__" not in p.parts)
-    stamp = hashlib.sha256(repr([(str(p.relative_to(path.parent)), p.stat().st_size, p.stat().st_mtime_ns)
-                                 for p in files]).encode()).hexdigest()[:12]
-    return f"{path.resolve()}@{stamp}"
+    return f"{path.resolve()}@{files_stamp(path)}" if path.exists() else str(model)
 
 
 @functools.lru_cache(maxsize=4)

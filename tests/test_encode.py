@@ -185,7 +185,7 @@ def test_an_encoder_reads_texts_with_its_models_prompts(tmp_path, minilm):
                                         "default_prompt_name": None})
     enc = TransformersEncoder(str(folder))
     assert enc.prompts == {"query": "query: ", "passage": "passage: "}
-    assert enc.name.endswith("|query='query: '|passage='passage: '") and enc.name.startswith(str(folder))
+    assert enc.name.endswith("|query='query: '|passage='passage: '") and enc.name.startswith(f"{folder.name}@")
     assert prompted(enc, "query", ["when did I move?"]) == ["query: when did I move?"]
     assert prompted(minilm, "query", ["when did I move?"]) == ["when did I move?"]  # the bundled model has none
     assert np.array_equal(enc.encode(prompted(enc, "passage", ["I moved in May."])),
@@ -206,6 +206,31 @@ def test_an_encoder_reads_texts_with_its_models_prompts(tmp_path, minilm):
         model_prompts(_with_st_config(tmp_path / "e", {"prompts": {"query": "q: "}}, {"include_prompt": False}))
     with pytest.raises(ValueError, match="prompts: the hashing encoder"):
         make_encoder("hashing", prompts={"query": "q: "})
+
+
+def test_a_local_models_identity_follows_its_files_and_unread_modules_are_refused(tmp_path, minilm):
+    """A folder's model is named by its files (names, sizes, times): the same folder reads the same; one trained
+    again in place is another model (the cache and a store's check tell them apart). Pooling modes and
+    sentence-transformers modules this encoder does not run are an error, not mean pooling."""
+    import json
+    import os
+
+    folder = _with_st_config(tmp_path)
+    name = TransformersEncoder(str(folder)).name
+    assert name.startswith("prompted-minilm@") and TransformersEncoder(str(folder)).name == name
+    os.utime(folder / "config_sentence_transformers.json", ns=(1, 1))  # rewritten in place
+    assert TransformersEncoder(str(folder)).name != name
+    lasttoken = _with_st_config(tmp_path / "last", pooling={"pooling_mode_mean_tokens": False,
+                                                            "pooling_mode_lasttoken": True})
+    with pytest.raises(ValueError, match="pooling"):
+        TransformersEncoder(str(lasttoken))
+    dense = _with_st_config(tmp_path / "dense")
+    modules = json.loads((dense / "modules.json").read_text())
+    (dense / "modules.json").unlink()
+    (dense / "modules.json").write_text(json.dumps(modules + [{"idx": 9, "name": "3", "path": "3_Dense",
+                                                               "type": "sentence_transformers.models.Dense"}]))
+    with pytest.raises(ValueError, match="Dense"):
+        TransformersEncoder(str(dense))
 
 
 def test_an_index_puts_the_prompts_before_questions_and_utterances(tmp_path, minilm):

@@ -62,10 +62,12 @@ def test_classifier_mixes_type_weights_and_roundtrips(tmp_path):
     # an inactive signal gets no weight
     assert np.allclose(model.weights(emb[:1], np.array([[True, False]]))[0], [1.0, 0.0], rtol=0, atol=1e-12)
     path = tmp_path / "w.json"
-    save_weights(path, model, {"top_clues": 3})
+    save_weights(path, model, {"top_clues": 3}, encoder="enc-a")
     again, config = load_weights(path)
     assert config == {"top_clues": 3}
     assert np.allclose(again.weights(emb, np.ones((40, 2), bool)), model.weights(emb, np.ones((40, 2), bool)), atol=1e-6)
+    assert load_weights(path, "enc-a")[0].coef is not None  # the classifier read embeddings of enc-a: kept for it,
+    assert load_weights(path, "enc-b")[0].coef is None  # not for questions another encoder embeds
 
 
 def synthetic_questions(kind: str, n: int = 80, width: int = 40, seed: int = 0):
