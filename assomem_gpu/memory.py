@@ -180,6 +180,8 @@ class Dataset:
     bank: MemoryBank
     memories: list[Memory]
     questions: list[Question]
+    session_metadata: dict[str, dict] = field(default_factory=dict)  # session id -> what the data says of it
+    # beyond its turns (the JSONL format's ``metadata``: a store import keeps it)
 
     def memory_utterances(self, memory: int) -> np.ndarray:
         return self.bank.session_utterances(self.memories[memory].sessions)
@@ -208,7 +210,8 @@ class Dataset:
                              memory=mem_map[self.questions[q].memory],
                              evidence_sessions=None if self.questions[q].evidence_sessions is None
                              else _mapped(sess_map, self.questions[q].evidence_sessions)) for q in rows]
-        return Dataset(self.name, bank, memories, questions)
+        return Dataset(self.name, bank, memories, questions,
+                       {sid: m for sid, m in self.session_metadata.items() if bank.session_index(sid) is not None})
 
 
 

@@ -99,7 +99,10 @@ class SessionFlat:
         utt_session = bank.utt_session()
 
         def score(cand: np.ndarray, group: list[int]) -> np.ndarray:
-            sessions, local = np.unique(utt_session[cand], return_inverse=True)
+            sessions, first, local = np.unique(utt_session[cand], return_index=True, return_inverse=True)
+            in_memory = np.argsort(first)  # the sessions in the memory's order, so that tied ones keep it
+            local = np.argsort(in_memory)[local]
+            sessions = sessions[in_memory]
             centroid = np.zeros((len(sessions), data.utterances.shape[1]), np.float32)
             np.add.at(centroid, local, data.utterances[cand])
             centroid /= np.maximum(np.linalg.norm(centroid, axis=1, keepdims=True), 1e-12)

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -41,6 +43,25 @@ def test_questions_of_other_memories_never_see_foreign_utterances(jsonl_file, mi
         for q, ranked in zip([2, 0, 3, 1], rankings):
             assert set(ranked) <= set(data.dataset.memory_utterances(data.dataset.questions[q].memory))
         assert first_ids(data, rankings[0]) == ["s3:0"]
+
+
+@pytest.mark.parametrize("method", ["flat-dense", "bm25", "session-flat"])
+def test_ties_keep_the_memorys_order(tmp_path, method):
+    """Two sessions of one content, listed b then a in the second question's memory (the bank holds a first): tied,
+    they rank in that memory's order, whatever other questions list."""
+    turns = [{"role": "user", "content": "I booked flights to Lisbon."}]
+
+    def item(q, ids):
+        return {"question_id": q, "question": "Where am I flying?", "question_date": "2024/01/05 (Fri) 10:00",
+                "haystack_session_ids": ids, "haystack_dates": ["2024/01/01 (Mon) 10:00"] * 2,
+                "haystack_sessions": [turns] * 2, "answer": "Lisbon"}
+
+    path = tmp_path / "tie.json"
+    path.write_text(json.dumps([item("q1", ["a", "b"]), item("q2", ["b", "a"])]))
+    ds = load_dataset(f"longmemeval:{path}")
+    data = EmbeddedDataset.build(ds, HashingEncoder())
+    ranked = make_method(method).rank(data, [1], 10)[0]
+    assert [ds.bank.utt_ids[i] for i in ranked] == ["b:0", "a:0"]
 
 
 def test_bm25_prefers_term_overlap(meetingqa_file):

@@ -536,6 +536,39 @@ def test_store_cli_imports_exports_and_counts(tmp_path, meetingqa_file):
         assert rows[0] == held
 
 
+def test_an_export_imports_again_whole_and_a_bad_record_is_named(tmp_path):
+    """An export is a JSONL dataset: imported into another store and exported again, the same bytes (metadata,
+    dates, utterance ids, speakers, texts); a bad record is named by its session, with what was imported before it."""
+    import json
+
+    run = [sys.executable, "-m", "assomem_gpu.store"]
+
+    def store(*args, data="a"):
+        return subprocess.run(run + [args[0], "--data", str(tmp_path / data), "--encoder", "hashing", *args[1:]],
+                              capture_output=True, text=True)
+
+    lines = [{"type": "session", "id": f"s{i}", "date": f"2024-05-0{i + 1}T10:00:00+00:00",
+              "metadata": {"channel": "chat", "n": i}, "utterances": [
+                  {"id": f"s{i}:0", "speaker": "user", "text": f"note {i}: the café  opens\nat nine"},
+                  {"id": f"s{i}:1", "speaker": "assistant", "text": "Noted."}]} for i in range(3)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert store("import", "--tenant", "t", "--dataset", f"jsonl:{source}").returncode == 0
+    assert store("export", "--tenant", "t", "--output", str(tmp_path / "one.jsonl")).returncode == 0
+    done = store("import", "--tenant", "t", "--dataset", f"jsonl:{tmp_path / 'one.jsonl'}", data="b")
+    assert done.returncode == 0, done.stderr
+    assert store("export", "--tenant", "t", "--output", str(tmp_path / "two.jsonl"), data="b").returncode == 0
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
+    assert json.loads((tmp_path / "one.jsonl").read_text().splitlines()[2])["metadata"] == {"channel": "chat", "n": 2}
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(json.dumps({**x, "id": f"n{i}", "utterances": [
+        {**u, "id": f"n{i}:{t}"} for t, u in enumerate(x["utterances"])]} | ({"date": None} if i == 1 else {}))
+                                for i, x in enumerate(lines)) + "\n")
+    done = store("import", "--tenant", "t", "--dataset", f"jsonl:{broken}")
+    assert done.returncode == 2 and "session 'n1'" in done.stderr and "date" in done.stderr
+    assert store("import", "--tenant", "t", "--dataset", f"jsonl:{source}", "--limit", "0").returncode == 2
+
+
 def test_a_new_tenant_never_inherits_a_deleted_ones_files(tmp_path):
     """Tenant ids are never reused, so a file a deleted tenant left (a snapshot written by a racing eviction, say)
     can never be taken for a new tenant's."""

@@ -8,7 +8,8 @@ Each line is a session or a question::
      "question_type": "temporal", "evidence": ["s1:0"], "answer": "..."}
 
 ``memory`` (default ``"default"``) groups sessions and the questions that search them; ``date`` is any absolute date
-(ISO 8601 best) and optional; utterance ``id`` defaults to ``"<session id>:<index>"``, ``speaker`` to none.
+(ISO 8601 best) and optional; utterance ``id`` defaults to ``"<session id>:<index>"``, ``speaker`` to none; a session's
+optional ``metadata`` (an object) is kept with it (``Dataset.session_metadata``).
 Evidence ids must name utterances of the question's memory.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .errors import DataFormatError
 
 def load_jsonl(path: str) -> Dataset:
     records = _records(path)
-    bank = MemoryBank()
+    bank, metadata = MemoryBank(), {}
     sessions: dict[str, list[tuple[int, float]]] = {}
     utt_rows: dict[str, dict[str, int]] = {}
     raw_questions = []
@@ -53,6 +54,7 @@ def load_jsonl(path: str) -> Dataset:
         if bank.session_index(sid) is not None:
             raise DataFormatError(path, f"session id {sid!r} is used twice", rec, "id")
         row = bank.add_session(sid, date, turns)
+        metadata[sid] = field(path, rec, obj, "metadata", dict, optional=True) or {}
         sessions.setdefault(memory, []).append((row, date))
         known.update({u: bank.offsets[row] + t for t, (u, _, _) in enumerate(turns)})
     names = list(sessions)
@@ -77,7 +79,7 @@ def load_jsonl(path: str) -> Dataset:
             type=field(path, rec, obj, "question_type", str, optional=True),
             evidence=np.unique(np.asarray(evidence, dtype=np.int64)), memory=names.index(memory),
             answer=None if answer is None else str(answer)))
-    return Dataset(Path(path).stem, bank, memories, questions)
+    return Dataset(Path(path).stem, bank, memories, questions, metadata)
 
 
 def _records(path: str) -> list[tuple[str, dict]]:

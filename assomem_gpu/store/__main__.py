@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -58,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
 def _import(store, args) -> int:
     from ..data import load_dataset
 
-    bank = load_dataset(args.dataset).bank
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit: at least 1 session, got {args.limit}")
+    ds = load_dataset(args.dataset)
+    bank = ds.bank
     if args.tenant not in store.tenants():
         store.create_tenant(args.tenant)
     held = set(store.session_ids(args.tenant))
@@ -66,12 +70,21 @@ def _import(store, args) -> int:
     for s in range(bank.n_sessions):
         turns = [{"id": bank.utt_ids[u], "speaker": bank.utt_speakers[u], "text": bank.utt_texts[u]}
                  for u in range(bank.offsets[s], bank.offsets[s + 1]) if bank.utt_texts[u].strip()]
-        if bank.session_ids[s] not in held and turns:  # a session with no text holds nothing to search
+        sid = bank.session_ids[s]
+        if sid not in held and turns:  # a session with no text holds nothing to search
             date = bank.session_dates[s]
-            records.append({"id": bank.session_ids[s], "date": None if math.isnan(date) else date, "utterances": turns})
+            records.append({"id": sid, "date": None if math.isnan(date) else date, "utterances": turns,
+                            "metadata": ds.session_metadata.get(sid, {})})
     records = records[: args.limit]
     for lo in range(0, len(records), CHUNK):
-        store.add_sessions(args.tenant, records[lo : lo + CHUNK])
+        try:
+            store.add_sessions(args.tenant, records[lo : lo + CHUNK])
+        except (ValueError, TypeError) as exc:  # it names sessions[i] of this chunk: name the session instead
+            at = re.match(r"sessions\[(\d+)\]", str(exc))
+            which = f"session {records[lo + int(at.group(1))]['id']!r}: " if at else ""
+            chunk = min(CHUNK, len(records) - lo)
+            raise type(exc)(f"{which}{exc} (the {chunk} sessions of its batch were not imported; the {lo} before "
+                            "them were)") from exc
     print(f"imported {len(records)} sessions into {args.tenant!r} ({len(held)} were there)")
     return 0
 
@@ -82,7 +95,7 @@ def _export(store, args) -> int:
         for sid in store.session_ids(args.tenant):
             s = store.get_session(args.tenant, sid)
             date = None if math.isnan(s.date) else datetime.fromtimestamp(s.date, timezone.utc).isoformat()
-            out.write(json.dumps({"id": s.id, "date": date, "metadata": dict(s.metadata),
+            out.write(json.dumps({"type": "session", "id": s.id, "date": date, "metadata": dict(s.metadata),
                                   "utterances": [{"id": u.id, "speaker": u.speaker, "text": u.text}
                                                  for u in s.utterances]}, ensure_ascii=False) + "\n")
     finally:
