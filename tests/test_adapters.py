@@ -28,6 +28,7 @@ def test_langchain_retriever(index):
     assert docs[0].metadata["session_id"] == "trip" and docs[0].metadata["session_metadata"] == {"channel": "chat"}
     only_job = AssoMemRetriever(index=index, k=5, search_kwargs={"sessions": ["job"]}).invoke("Lisbon")
     assert [d.id for d in only_job] == ["job:0"]
+    assert len(AssoMemRetriever(index=index, search_kwargs={"k": 1}).invoke("Lisbon")) == 1  # LangChain's way
 
 
 def test_llamaindex_retriever(index):
@@ -40,3 +41,8 @@ def test_llamaindex_retriever(index):
     assert len(nodes) == 2 and all(isinstance(n, NodeWithScore) for n in nodes)
     assert nodes[0].node.get_content() == "I booked flights to Lisbon for April." and nodes[0].node.node_id == "trip:0"
     assert nodes[0].score == pytest.approx(index.search("flights to Lisbon", k=1)[0].score)
+    from llama_index.core.schema import MetadataMode
+
+    shown = nodes[0].node.get_content(metadata_mode=MetadataMode.LLM)  # what a query engine's prompt holds
+    assert "Alice" in shown and "score" not in shown and "signals" not in shown and "trip:0" not in shown
+    assert len(AssoMemRetriever(index, search_kwargs={"k": 1}).retrieve("Lisbon")) == 1

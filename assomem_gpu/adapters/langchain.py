@@ -12,7 +12,8 @@ from ..index import MemoryIndex
 
 class AssoMemRetriever(BaseRetriever):
     """``index``: the memory searched; ``k``: documents returned (default 10); ``search_kwargs``: more arguments of
-    ``MemoryIndex.search`` (``question_date``, ``sessions``, ``since``, ``until``)."""
+    ``MemoryIndex.search`` (``question_date``, ``sessions``, ``since``, ``until``, and ``k`` over the field, as
+    LangChain's retrievers take it)."""
 
     index: MemoryIndex
     k: int = 10
@@ -21,5 +22,5 @@ class AssoMemRetriever(BaseRetriever):
     model_config = {"arbitrary_types_allowed": True}
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        hits = self.index.search(query, k=self.k, **self.search_kwargs)
+        hits = self.index.search(query, **{"k": self.k, **self.search_kwargs})
         return [Document(page_content=h.text, metadata=h.fields(), id=h.utterance_id) for h in hits]
