@@ -150,7 +150,8 @@ def relevance_only(config: AssoMemConfig, graph: dict | None = None, **changes) 
 
 
 # The paper's hybrid baselines: two-step retrieval ranked by relevance alone, with different first-step units (the
-# graph changes apply to the config's graph: a session is its own clue, or clues merge as the paper merges them).
+# graph changes apply to the config's graph: a session is its own clue, or clues merge as the paper merges them). A
+# session's summary or topic is its keyword clue, or its LLM clue where the config makes clues by LLM (as the paper's).
 HYBRID_BASELINES = {
     "session-utterance": dict(clue_mode="centroid", graph=dict(delta=1.01), clue_mix=1.0),
     "session-summary": dict(clue_mode="keywords", graph=dict(delta=1.01), clue_mix=1.0),
@@ -165,5 +166,8 @@ def make_assomem(name: str, config: AssoMemConfig, encoder: Encoder, fusion: Fus
         return AssoMem(config, fusion, encoder, device=device)
     if name not in HYBRID_BASELINES:
         raise ValueError(f"unknown method {name!r}")
-    cfg = relevance_only(config, **HYBRID_BASELINES[name])
+    changes = dict(HYBRID_BASELINES[name])
+    if changes["clue_mode"] == "keywords" and config.clue_mode == "llm":
+        changes["clue_mode"] = "llm"
+    cfg = relevance_only(config, **changes)
     return AssoMem(cfg, fixed_weights(cfg.signals), encoder, name, device=device)

@@ -132,6 +132,10 @@ def test_hybrid_baselines_use_relevance_only():
     assert (topics.config.graph.clue_merge, topics.config.graph.delta, topics.config.graph.gamma) == ("components", 0.8,
                                                                                                    0.6)
     assert make_assomem("assomem", AssoMemConfig(), HashingEncoder()).needs_calibration
+    llm = AssoMemConfig(clue_mode="llm")  # summaries and topics by the LLM where the config's clues are
+    assert [make_assomem(n, c, HashingEncoder()).config.clue_mode for n in ("session-summary", "topic-grouping",
+                                                                             "session-utterance")
+            for c in (AssoMemConfig(), llm)] == ["keywords", "llm", "keywords", "llm", "centroid", "centroid"]
 
 
 def test_calibrate_then_apply_weights_elsewhere(tmp_path, meetingqa_file, capsys):
