@@ -148,7 +148,7 @@ def _length_batches(texts: Sequence[str], size: int) -> list[np.ndarray]:
 
 
 def _encoder_name(model: str, pooling: str, normalize: bool, max_length: int, prompts: Mapping[str, str]) -> str:
-    """An encoder's identity (the cache key, and what a store and a snapshot check): the model (a model file's
+    """An encoder's identity (the cache key, and what a store and a snapshot check): the model (its
     ``model_identity``), what turns its hidden states into vectors, and the prompts it reads texts with."""
     return f"{model}|{pooling}|norm={normalize}|max={max_length}" + "".join(
         f"|{role}={prompts[role]!r}" for role in PROMPT_ROLES if prompts.get(role))
