@@ -131,10 +131,12 @@ def _calibrate(args: argparse.Namespace, stack: ExitStack) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    feats = compute_features(method, data, questions, progress=not args.quiet, workers=workers)
     try:
+        feats = compute_features(method, data, questions, progress=not args.quiet, workers=workers)
         model = method.fit(data, questions, feats)
-    except ValueError as exc:
+    except (ValueError, RuntimeError) as exc:  # (RuntimeError: the cluster lost its workers, past the resends)
+        if isinstance(exc, RuntimeError) and workers is None:
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
     save_weights(args.output, model, config.to_json(), encoder.name)

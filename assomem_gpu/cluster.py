@@ -188,7 +188,7 @@ class Workers:
         ``RESENDS`` times."""
         from concurrent.futures import CancelledError
 
-        from distributed import as_completed
+        from distributed import KilledWorker, as_completed
         from tqdm.auto import tqdm
 
         out: dict[int, Any] = {}
@@ -209,6 +209,9 @@ class Workers:
                                                    f"times (the workers lost what was sent to them?)") from exc
                             lost.append((call, qs))
                             continue
+                        except KilledWorker as exc:  # past distributed.scheduler.allowed-failures deaths
+                            raise RuntimeError(f"cluster: workers died running a task of {method.name} ({exc}); "
+                                               "is a worker short of memory?") from exc
                         future.release()
                         bar.update()
                 finally:

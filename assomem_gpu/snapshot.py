@@ -1,5 +1,6 @@
 """The on-disk format of a saved index: one ``.npz`` file (a zip archive; each member carries a CRC-32), written
-atomically (a temporary file in the same folder, fsync, rename).
+atomically (a temporary file in the same folder, fsync, rename, fsync of the folder, so that the rename survives a
+power loss).
 
 Members: ``format.json`` (format name, version), ``<name>.json`` documents (UTF-8 JSON as uint8 arrays) and plain
 numeric arrays. Reading checks the format name and version, reads every member (which verifies every CRC) and turns
@@ -41,6 +42,20 @@ def write(path: str | Path, documents: dict[str, Any], arrays: dict[str, np.ndar
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    sync_folder(path.parent)
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync ``folder``, so that the renames and deletions in it so far survive a power loss (where the system lets
+    a folder be opened: POSIX)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -149,6 +149,21 @@ def test_cross_validation_whose_sent_features_were_lost_sends_them_again(many_me
     assert all(np.array_equal(a, b) for a, b in zip(one, spread))
 
 
+def test_a_cluster_that_keeps_losing_what_it_was_sent_is_a_clear_error(monkeypatch, jsonl_file, capsys):
+    """Past ``cluster.RESENDS`` losses the eval command stops with an error naming the cluster, not a traceback."""
+    send = Workers.send
+
+    def send_and_lose(self, value):
+        future = send(self, value)
+        self.client.cancel(future)
+        return future
+
+    monkeypatch.setattr(Workers, "send", send_and_lose)
+    assert eval_main(["--dataset", f"jsonl:{jsonl_file}", "--encoder", "hashing", "--method", "bm25", "--quiet",
+                      "--cluster", "local:1"]) == 2
+    assert "error: cluster: bm25's tasks were cancelled" in capsys.readouterr().err
+
+
 def test_baselines_and_cross_validation_run_as_tasks(many_memories):
     ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=30)
     data = EmbeddedDataset.build(ds, make_encoder("hashing"))

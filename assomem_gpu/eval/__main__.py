@@ -96,8 +96,14 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    results = [evaluate(data, m, args.k, depth=args.depth, batch_size=args.batch_size, progress=not args.quiet,
-                        folds=args.folds, seed=args.seed, workers=workers) for m in methods]
+    try:
+        results = [evaluate(data, m, args.k, depth=args.depth, batch_size=args.batch_size, progress=not args.quiet,
+                            folds=args.folds, seed=args.seed, workers=workers) for m in methods]
+    except RuntimeError as exc:  # the cluster lost its workers or what was sent to them, past the resends
+        if workers is None:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     written = []
     if args.rankings:
         for r in results:

@@ -34,7 +34,7 @@ from ..fusion import FusionModel, default_fusion
 from ..index import Answer, MemoryIndex, Session
 from ..llm import LLM
 from ..sentences import SENTENCES_VERSION
-from ..snapshot import SnapshotError
+from ..snapshot import SnapshotError, sync_folder
 from .schema import StoreError, UnknownTenant, connect
 
 
@@ -514,11 +514,14 @@ class MemoryStore:
                         self._save(tenant_id, index)
 
     def _drop_snapshots(self, tenant_id: int, keep: Path | None = None) -> None:
-        """Delete the tenant's snapshots (but ``keep``) and any left half-written."""
+        """Delete the tenant's snapshots (but ``keep``) and any left half-written, for good (the folder synced: a
+        power loss does not bring one back)."""
         folder = self.directory / "snapshots"
-        for old in [*folder.glob(f"{tenant_id}-*.npz"), *folder.glob(f".{tenant_id}-*.tmp")]:
-            if old != keep:
-                old.unlink(missing_ok=True)
+        gone = [old for old in [*folder.glob(f"{tenant_id}-*.npz"), *folder.glob(f".{tenant_id}-*.tmp")] if old != keep]
+        for old in gone:
+            old.unlink(missing_ok=True)
+        if gone:
+            sync_folder(folder)
 
     def _checkpoint(self) -> None:
         """Move every committed page into the file and truncate the WAL, so that deleted rows leave no copy behind."""
