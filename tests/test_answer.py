@@ -45,6 +45,12 @@ def test_normalisation_is_squads_or_locomos():
         assert (exact_match(prediction, reference, "locomo"), token_f1(prediction, reference, "locomo")) == \
             (em, pytest.approx(f1))
     assert (exact_match("", ""), token_f1("", "")) == (1.0, 1.0)  # SQuAD's: both empty is a match
+    # by category, as LoCoMo's eval_question_answering: multi-hop (1) averages over the reference's comma-separated
+    # answers the best F1 of the reply's; open-domain (3) reads the reference before its first ";"
+    assert answer_scores("Paris, London", "London, Paris", False, "locomo", "category-1")["F1"] == 1.0
+    assert answer_scores("Paris", "London, Paris", False, "locomo", "category-1")["F1"] == 0.5
+    assert answer_scores("Lisbon", "Lisbon; maybe Porto", False, "locomo", "category-3")["F1"] == 1.0
+    assert answer_scores("Lisbon", "Lisbon; maybe Porto", False, "locomo", "category-2")["F1"] < 1.0
     with pytest.raises(ValueError, match="style"):
         normalize_answer("x", "bleu")
 

@@ -48,7 +48,7 @@ def score_answers(ds: Dataset, answers: Sequence[str], verdicts: Sequence[bool |
     style = "locomo" if ds.name == "locomo" else "squad"
     per_question, typed = [], []
     for i, (q, answer) in enumerate(zip(ds.questions, answers)):
-        m = answer_scores(answer, q.answer, q.abstention, style)
+        m = answer_scores(answer, q.answer, q.abstention, style, q.type)
         if m is not None and verdicts is not None:
             if q.abstention:
                 m = {**m, "Acc": m["EM"], "judge_errors": 0.0}

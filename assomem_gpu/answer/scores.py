@@ -7,7 +7,10 @@ Two normalisations, by dataset (``STYLES``):
   articles a/an/the, collapse white space; F1 over the tokens, 1 when both sides are empty.
 - ``locomo`` (LoCoMo's ``evaluation.py``): drop commas first (so "1,000" is "1000"), then as SQuAD but "and" is
   dropped with the articles; exact match compares the sets of tokens ("Paris and London" is "London and Paris"),
-  F1 compares Porter stems (PyStemmer's ``porter``) and is 0 where no token is shared, empty sides included.
+  F1 compares Porter stems (PyStemmer's ``porter``) and is 0 where no token is shared, empty sides included. By
+  category, as its ``eval_question_answering``: a multi-hop question's (category 1) F1 is the mean over the
+  reference's comma-separated answers of the best F1 of the reply's; an open-domain one's (category 3) reference is
+  its text before the first ";".
 
 Answers that are numbers are compared as their text ("3" matches "3", not "three"), as both scripts do.
 """
@@ -66,15 +69,22 @@ def abstains(reply: str) -> bool:
     return bool(_ABSTAINS.search(" ".join(str(reply).lower().replace("’", "'").split())))
 
 
-def answer_scores(prediction: str, reference: str | None, abstention: bool, style: str = "squad"
-                  ) -> dict[str, float] | None:
+def answer_scores(prediction: str, reference: str | None, abstention: bool, style: str = "squad",
+                  question_type: str | None = None) -> dict[str, float] | None:
     """``{"EM", "F1"}`` of one answer; an abstention question (LongMemEval ``_abs``, LoCoMo category 5) scores 1 on
-    both when the reply abstains and 0 otherwise. None when there is no reference to score against."""
+    both when the reply abstains and 0 otherwise. None when there is no reference to score against. In the
+    ``locomo`` style ``question_type`` (the loader's ``category-<n>``) picks its category's rule (module docstring)."""
     if abstention:
         score = float(abstains(prediction))
         return {"EM": score, "F1": score}
     if reference is None:
         return None
+    if style == "locomo" and question_type == "category-3":
+        reference = reference.split(";")[0].strip()
+    if style == "locomo" and question_type == "category-1":
+        parts = [p.strip() for p in prediction.split(",")]
+        f1 = sum(max(token_f1(p, r, style) for p in parts) for r in (r.strip() for r in reference.split(",")))
+        return {"EM": exact_match(prediction, reference, style), "F1": f1 / len(reference.split(","))}
     return {"EM": exact_match(prediction, reference, style), "F1": token_f1(prediction, reference, style)}
 
 
