@@ -70,6 +70,8 @@ class TransformersEncoder:
     Pooling, normalisation and the maximum sequence length come from the model's sentence-transformers files
     (``1_Pooling/config.json``, ``modules.json``, ``sentence_bert_config.json``) when present; mean pooling, L2
     normalisation and the tokenizer's limit otherwise. Texts are batched by length to waste little padding.
+    ``name`` holds the model's identity (``model_identity``); ``legacy_name`` the name encoders had before it (the
+    model as given), by which a store or a snapshot made then knows this encoder.
 
     Calls take turns, across encoders (a module lock): each already uses every core torch is given, and torch's
     thread count, which a call may change, is the process's. On the CPU, a batch of at most
@@ -92,6 +94,7 @@ class TransformersEncoder:
         self.prompts = model_prompts(self.path, prompts)
         self.name = _encoder_name(model_identity(model, self.path), self.pooling, self.normalize, self.max_length,
                                   self.prompts)
+        self.legacy_name = _encoder_name(model, self.pooling, self.normalize, self.max_length, self.prompts)
         self._model = None  # loaded on the first encode, so fully cached runs never load the weights
 
     def __getstate__(self) -> dict:
@@ -156,13 +159,35 @@ def _encoder_name(model: str, pooling: str, normalize: bool, max_length: int, pr
 
 def model_identity(model: str, path: Path) -> str:
     """Which weights ``model`` (as given) names, its files in folder ``path``: the bundled MiniLM by its name; a
-    local folder by its name and ``files_stamp`` (so a folder trained again in place, or another folder reached by the
-    same relative path, is another model); a hub id with the commit of the snapshot it resolved to."""
+    local folder by its name and ``content_stamp`` (so a folder trained again in place, or another folder reached by
+    the same relative path, is another model, and a copy the same); a hub id with the commit of the snapshot it
+    resolved to."""
     if model in _BUNDLED:
         return model
     if Path(model).expanduser().is_dir():
-        return f"{path.name}@{files_stamp(path)}"
+        return f"{path.name}@{content_stamp(path)}"
     return f"{model}@{path.name[:12]}" if path.parent.name == "snapshots" else model
+
+
+SAMPLE = 1 << 20  # bytes read from each end and the middle of a large file by ``content_stamp``
+
+
+def content_stamp(path: Path) -> str:
+    """12 hex digits of a digest of the files under the folder ``path``: names, sizes and contents (of a file over
+    4 · ``SAMPLE`` bytes, its first, middle and last ``SAMPLE``: weights trained again differ there). A copy of the
+    folder has the same stamp; any changed file, another."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        size = file.stat().st_size
+        digest.update(f"{file.relative_to(path)}|{size}|".encode())
+        with open(file, "rb") as fh:
+            if size <= 4 * SAMPLE:
+                digest.update(fh.read())
+                continue
+            for at in (0, (size - SAMPLE) // 2, size - SAMPLE):
+                fh.seek(at)
+                digest.update(fh.read(SAMPLE))
+    return digest.hexdigest()[:12]
 
 
 def files_stamp(path: Path) -> str:
@@ -385,6 +410,7 @@ class OnnxEncoder:
         self.prompts = model_prompts(self.path, prompts)
         self.name = _encoder_name(model_identity(model, self.path), self.pooling, self.normalize, self.max_length,
                                   self.prompts)
+        self.legacy_name = _encoder_name(model, self.pooling, self.normalize, self.max_length, self.prompts)
         self.tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_length)
         padding = self.tokenizer.padding or {}  # tokenizer.json's own, which transformers falls back to
@@ -574,6 +600,7 @@ class CachedEncoder:
     def __init__(self, encoder: Encoder, cache: EmbeddingCache | None = None, chunk: int = 1024, progress: bool = True):
         self.encoder, self.cache, self.chunk, self.progress = encoder, cache or EmbeddingCache(), chunk, progress
         self.name, self.dim, self.prompts = encoder.name, encoder.dim, getattr(encoder, "prompts", {})
+        self.legacy_name = getattr(encoder, "legacy_name", self.name)
         self.encoded = 0  # texts actually sent to the encoder (cache misses), for reporting
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

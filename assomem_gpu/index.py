@@ -422,7 +422,8 @@ class MemoryIndex:
                 raise ValueError(f"encoder: {path} was saved with the encoder {saved_name!r}; pass it to load")
             encoder = saved_model
         index = cls(encoder, config, fusion, device, dated, dim)
-        if index._encoder_name != saved_name:
+        if index._encoder_name != saved_name and getattr(index.encoder, "legacy_name", None) != saved_name:  # (the
+            # second: saved before encoders named their model's files, by this model as given)
             raise ValueError(f"encoder: {path} was saved with {saved_name!r}, not {index._encoder_name!r}")
         try:
             index._state = MemoryState.from_snapshot(config, index.encoder, documents, arrays)

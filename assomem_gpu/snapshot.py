@@ -46,14 +46,16 @@ def write(path: str | Path, documents: dict[str, Any], arrays: dict[str, np.ndar
 
 
 def sync_folder(folder: Path) -> None:
-    """fsync ``folder``, so that the renames and deletions in it so far survive a power loss (where the system lets
-    a folder be opened: POSIX)."""
+    """fsync ``folder``, so that the renames and deletions in it so far survive a power loss (where the file system
+    syncs folders: POSIX ones)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(fd)
+    except OSError:  # a file system that does not sync folders (some FUSE and network ones): the rename stands
+        pass
     finally:
         os.close(fd)
 

@@ -209,17 +209,20 @@ def test_an_encoder_reads_texts_with_its_models_prompts(tmp_path, minilm):
 
 
 def test_a_local_models_identity_follows_its_files_and_unread_modules_are_refused(tmp_path, minilm):
-    """A folder's model is named by its files (names, sizes, times): the same folder reads the same; one trained
-    again in place is another model (the cache and a store's check tell them apart). Pooling modes and
-    sentence-transformers modules this encoder does not run are an error, not mean pooling."""
+    """A folder's model is named by its files (names, sizes, contents): a copy reads the same; one trained again in
+    place is another model (the cache and a store's check tell them apart), and the name encoders had before
+    (``legacy_name``, the model as given) is kept for what was made then. Pooling modes and sentence-transformers
+    modules this encoder does not run are an error, not mean pooling."""
     import json
-    import os
+    import shutil
 
     folder = _with_st_config(tmp_path)
-    name = TransformersEncoder(str(folder)).name
-    assert name.startswith("prompted-minilm@") and TransformersEncoder(str(folder)).name == name
-    os.utime(folder / "config_sentence_transformers.json", ns=(1, 1))  # rewritten in place
-    assert TransformersEncoder(str(folder)).name != name
+    enc = TransformersEncoder(str(folder))
+    assert enc.name.startswith("prompted-minilm@") and enc.legacy_name.startswith(f"{folder}|mean|")
+    copy = shutil.copytree(folder, tmp_path / "elsewhere" / folder.name)  # (copies without the times)
+    assert TransformersEncoder(str(copy)).name == enc.name
+    (copy / "config_sentence_transformers.json").write_text(json.dumps({"note": "trained again"}))
+    assert TransformersEncoder(str(copy)).name != enc.name
     lasttoken = _with_st_config(tmp_path / "last", pooling={"pooling_mode_mean_tokens": False,
                                                             "pooling_mode_lasttoken": True})
     with pytest.raises(ValueError, match="pooling"):

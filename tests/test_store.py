@@ -308,6 +308,32 @@ def test_a_tenant_being_written_to_is_not_evicted_and_its_write_lands_where_sear
         assert not [p for p in tmp_path.rglob("*") if p.is_file() and b"a's pin" in p.read_bytes()]
 
 
+def test_a_failed_snapshot_at_eviction_holds_no_tenant_and_fails_no_search(tmp_path):
+    """Two tenants evicted at once (one was skipped while a write held it): the first one's snapshot fails (a full
+    disk), yet the search that evicted them answers and neither tenant's write lock stays taken."""
+    store = MemoryStore(tmp_path, HashingEncoder(), CONFIG, device="cpu", max_loaded=1, snapshot_every_s=None)
+    for name in ("a", "b", "c"):
+        store.create_tenant(name)
+        store.add_sessions(name, [session(f"{name}0", 0)])
+    store.index("a")
+    with store._tenant("a"):  # a write of "a" under way: loading "b" keeps both
+        store.index("b")
+    assert set(store._loaded) == {"a", "b"}
+    save, calls = store._save, []
+
+    def failing(tenant_id, index):
+        calls.append(tenant_id)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return save(tenant_id, index)
+
+    store._save = failing
+    assert store.search("c", "kiwi banjo")  # evicts "a" and "b"
+    assert len(calls) == 2 and not store._tenant("a").locked() and not store._tenant("b").locked()
+    store.add_sessions("b", [session("b1", 1)])
+    store.close()
+
+
 def test_tenants_never_see_each_other(tmp_path):
     with open_store(tmp_path, max_loaded=1) as store:  # one index in memory: tenants take turns through the LRU
         for tenant in ("red", "blue", "green"):
@@ -363,6 +389,30 @@ def test_a_store_refuses_another_encoder_another_version_or_another_file(tmp_pat
     (other / "store.sqlite").write_bytes(b"this is not a database, just text" * 100)
     with pytest.raises(StoreError, match="not a memory store"):
         open_store(other)
+
+
+def test_a_store_made_before_encoders_named_their_model_files_opens_with_that_encoder(tmp_path):
+    """Its meta holds the name the encoder had then (``legacy_name``): the store opens and takes the new name; a
+    store of another encoder still refuses, and a refused open changes nothing."""
+    old = HashingEncoder()
+    old.name = "./my-model|mean|norm=True|max=256"  # as an encoder of a local folder was named before
+    with MemoryStore(tmp_path, old, CONFIG, device="cpu") as store:
+        store.create_tenant("t")
+        store.add_sessions("t", [session("s0", 0)])
+    new = HashingEncoder()
+    with pytest.raises(StoreError, match="my-model"):  # no legacy name: another encoder
+        MemoryStore(tmp_path, new, CONFIG, device="cpu")
+    new.legacy_name = old.name
+    with pytest.raises(StoreError, match="clues"):  # refused for another reason: the name is left as it was
+        MemoryStore(tmp_path, new, AssoMemConfig(clue_mode="centroid"), device="cpu")
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key = 'encoder'").fetchone()[0] == old.name
+    db.close()
+    with MemoryStore(tmp_path, new, CONFIG, device="cpu") as store:
+        assert store.session_ids("t") == ["s0"] and hits(store, "t", ["kiwi banjo"])[0]
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key = 'encoder'").fetchone()[0] == new.name
+    db.close()
 
 
 WRITER = """

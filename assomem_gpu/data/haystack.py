@@ -42,4 +42,4 @@ def expand_haystacks(ds: Dataset, n_sessions: int, seed: int = 0) -> Dataset:
         sessions, all_dates = np.concatenate([mem.sessions, extra]), np.concatenate([mem.dates, dates])
         order = np.argsort(all_dates, kind="stable")
         memories.append(Memory(sessions[order], all_dates[order]))
-    return Dataset(ds.name, ds.bank, memories, ds.questions)
+    return Dataset(ds.name, ds.bank, memories, ds.questions, ds.session_metadata)

@@ -20,7 +20,7 @@ import threading
 import time
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -31,11 +31,10 @@ from ..index import Hit
 from ..llm import make_llm
 from ..store import MemoryStore, UnknownTenant
 from .batching import Busy, SearchBatcher
-from .models import (MAX_BODY_BYTES, MAX_TENANT_NAME, TENANT_NAME, Added, AddSessions, AnswerOut, Ask, NewTenant,
-                     Search, SearchOut, SessionOut, SessionPage, TenantKey)
+from .models import (MAX_BODY_BYTES, Added, AddSessions, AnswerOut, Ask, NewTenant, Search, SearchOut, SessionOut,
+                     SessionPage, TenantKey)
 
 bearer = HTTPBearer(auto_error=False)
-TenantName = Path(min_length=1, max_length=MAX_TENANT_NAME, pattern=TENANT_NAME)
 
 
 def hit_out(hit: Hit) -> dict:
@@ -169,18 +168,22 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
         return TenantKey(tenant=body.name, api_key=store.issue_key(body.name))
 
     @app.post("/v1/tenants/{name}/keys", status_code=201, response_model=TenantKey, dependencies=[Depends(admin)])
-    def new_key(name: str = TenantName) -> TenantKey:
+    def new_key(name: str) -> TenantKey:
         try:
             return TenantKey(tenant=name, api_key=store.issue_key(name))
         except KeyError as exc:
             raise HTTPException(404, f"tenant {name!r} not found") from exc
+        except ValueError as exc:  # not a name (blank): any other a store holds, made in process or by import
+            raise bad_input(exc) from exc
 
     @app.delete("/v1/tenants/{name}", status_code=204, dependencies=[Depends(admin)])
-    def delete_tenant(name: str = TenantName) -> Response:
+    def delete_tenant(name: str) -> Response:
         try:
             store.delete_tenant(name)
         except KeyError as exc:
             raise HTTPException(404, f"tenant {name!r} not found") from exc
+        except ValueError as exc:
+            raise bad_input(exc) from exc
         return Response(status_code=204)
 
     # ---- sessions and search (a tenant's key) --------------------------------------------------------------------

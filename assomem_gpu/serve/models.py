@@ -17,8 +17,6 @@ MAX_K = 1_000
 MAX_ANSWER_K = 20  # utterances in an answer's prompt
 MAX_ANSWER_TOKENS = 512
 MAX_ANSWER_QUESTION = 2_000  # characters: the question shares the LLM's context with k utterances
-TENANT_NAME = r"^[A-Za-z0-9_.\-]+$"  # a tenant's name: what a URL path carries as it is
-MAX_TENANT_NAME = 128
 
 
 class Strict(BaseModel):
@@ -64,7 +62,7 @@ class Ask(Strict):
 
 
 class NewTenant(Strict):
-    name: str = Field(min_length=1, max_length=MAX_TENANT_NAME, pattern=TENANT_NAME)
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
 
 
 class TenantKey(BaseModel):

@@ -20,7 +20,7 @@ import math
 import secrets
 import threading
 from collections import OrderedDict
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -307,13 +307,18 @@ class MemoryStore:
             if not held:
                 self._db.executemany("INSERT INTO meta VALUES (?, ?)", list(want.items()))
                 return
-            if (held.get("encoder"), held.get("dim")) != (want["encoder"], want["dim"]):
+            # a store made before encoders named their model's files knows this one by the model as given
+            renamed = held.get("encoder") != want["encoder"] and held.get("dim") == want["dim"] \
+                and held.get("encoder") == getattr(self.encoder, "legacy_name", None)
+            if not renamed and (held.get("encoder"), held.get("dim")) != (want["encoder"], want["dim"]):
                 raise StoreError(f"{self.directory}: the store holds vectors of encoder {held.get('encoder')!r} "
                                  f"(dim {held.get('dim')}); it was opened with {want['encoder']!r} (dim {want['dim']})")
             if held.get("clues", clues) != clues:  # a version-2 store recorded no clue mode: it takes this one
                 raise StoreError(f"{self.directory}: the store holds clues made by {held['clues']!r}; it was opened "
                                  f"with config.clue_mode {clues!r}")
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('clues', ?)", [clues])
+            if renamed:
+                self._db.execute("UPDATE meta SET value = ? WHERE key = 'encoder'", [want["encoder"]])
 
     def _check_sentence_rules(self) -> None:
         """Drop stored sentence vectors made under other rules (``sentences.SENTENCES_VERSION``): a build embeds
@@ -386,11 +391,14 @@ class MemoryStore:
                     if commits is None or self._loading.get(name) is not loading:  # deleted while it loaded: not kept
                         return tenant_id, index
                     held, evicted = (tenant_id, index), self._keep(name, tenant_id, index, commits)
-        for old_id, old, writing in evicted:  # after the load: its waiters do not wait for other tenants' snapshots
-            try:
-                self._save(old_id, old)
-            finally:
-                writing.release()
+        with ExitStack() as locks:  # after the load: its waiters do not wait for other tenants' snapshots
+            for *_, writing in evicted:
+                locks.callback(writing.release)  # each released, whatever the saves do
+            for old_id, old, _ in evicted:
+                try:
+                    self._save(old_id, old)
+                except OSError:  # (a full disk, say) a snapshot is derived: the rows rebuild the index without it
+                    continue
         return held
 
     def _held(self, name: str, tenant_id: int) -> tuple[int, MemoryIndex] | None:
