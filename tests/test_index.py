@@ -196,6 +196,12 @@ def test_save_and_load_give_identical_rankings(tmp_path):
     index.save(path)
     loaded = MemoryIndex.load(path, encoder=HashingEncoder(), device="cpu")
     assert fingerprint(loaded) == fingerprint(index) and results(loaded) == results(index)
+    renamed = HashingEncoder()  # an encoder whose name changed since the save (a model named by its files since),
+    renamed.name, renamed.legacy_name = "m@0123456789ab|hashing", loaded.encoder.name  # known by its old name
+    assert results(MemoryIndex.load(path, encoder=renamed, device="cpu")) == results(index)
+    renamed.legacy_name = "another|hashing"
+    with pytest.raises(ValueError, match="encoder"):
+        MemoryIndex.load(path, encoder=renamed, device="cpu")
     documents, arrays = read(path)  # a snapshot written before context norms were stored: they are made again
     assert arrays.pop("context_norms").dtype == np.float32
     write(tmp_path / "without_norms.npz", documents, arrays)
