@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
@@ -101,10 +100,9 @@ def _scheduler(client_class, address: str, timeout_s: float) -> Iterator[Any]:
         except Exception as exc:  # noqa: BLE001 - whatever answered, reported below
             made.append(exc)
 
-    threading.Thread(target=make, name="dask-connect", daemon=True).start()
-    deadline = time.monotonic() + timeout_s + 2
-    while not made and time.monotonic() < deadline:
-        time.sleep(0.05)
+    connecting = threading.Thread(target=make, name="dask-connect", daemon=True)
+    connecting.start()
+    connecting.join(timeout_s + 2)
     if not made or isinstance(made[0], (OSError, TimeoutError)):
         raise ValueError(f"cluster: no Dask scheduler answered at {address} within {timeout_s:g} s"
                          + (f" ({made[0]})" if made else ""))

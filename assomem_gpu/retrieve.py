@@ -99,11 +99,9 @@ class SessionFlat:
         utt_session = bank.utt_session()
 
         def score(cand: np.ndarray, group: list[int]) -> np.ndarray:
-            sessions, first, local = np.unique(utt_session[cand], return_index=True, return_inverse=True)
-            in_memory = np.argsort(first)  # the sessions in the memory's order, so that tied ones keep it
-            local = np.argsort(in_memory)[local]
-            sessions = sessions[in_memory]
-            centroid = np.zeros((len(sessions), data.utterances.shape[1]), np.float32)
+            _, first, local = np.unique(utt_session[cand], return_index=True, return_inverse=True)
+            local = np.argsort(np.argsort(first))[local]  # sessions numbered in the memory's order: ties keep it
+            centroid = np.zeros((len(first), data.utterances.shape[1]), np.float32)
             np.add.at(centroid, local, data.utterances[cand])
             centroid /= np.maximum(np.linalg.norm(centroid, axis=1, keepdims=True), 1e-12)
             q = data.questions[group]

@@ -82,9 +82,9 @@ def answer_scores(prediction: str, reference: str | None, abstention: bool, styl
     if style == "locomo" and question_type == "category-3":
         reference = reference.split(";")[0].strip()
     if style == "locomo" and question_type == "category-1":
-        parts = [p.strip() for p in prediction.split(",")]
-        f1 = sum(max(token_f1(p, r, style) for p in parts) for r in (r.strip() for r in reference.split(",")))
-        return {"EM": exact_match(prediction, reference, style), "F1": f1 / len(reference.split(","))}
+        parts, answers = prediction.split(","), reference.split(",")
+        f1 = sum(max(token_f1(p, a, style) for p in parts) for a in answers) / len(answers)
+        return {"EM": exact_match(prediction, reference, style), "F1": f1}
     return {"EM": exact_match(prediction, reference, style), "F1": token_f1(prediction, reference, style)}
 
 
