@@ -40,6 +40,13 @@ class Choice:
         return {"impl": self.impl, "reason": self.reason}
 
 
+# The graph build's similarity search runs on the CPU: below ``GraphConfig.exact_limit`` utterances a range search over
+# all pairs (``graph._range_search``), above it the inverted file of ``ivf.py`` (products per list).
+SIMILARITY_SEARCH = Choice("cpu: BLAS products in blocks, IVF above exact_limit",
+                           "FAISS's flat range search finds the same pairs 2-4x slower; its GPU indexes have no range "
+                           "search")
+
+
 @dataclass(frozen=True)
 class Backend:
     name: str  # "cpu" or "cuda": where the arrays live
@@ -332,7 +339,7 @@ def cpu_backend(why: str = "device='cpu'") -> Backend:
                   "ppr_step": Choice("cpu: Numba, the whole iteration fused (kernels/ppr_cpu.py)", why),
                   "local_importance": Choice("cpu: each question's ball, Numba (kernels/local_ppr.py)", why),
                   "fused_topk": Choice("cpu: Numba parallel twin", why),
-                  "similarity_search": _similarity_choice()}
+                  "similarity_search": SIMILARITY_SEARCH}
     return Backend("cpu", f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)", np, scipy.sparse,
                    personalized_pagerank_cpu, fused_topk_cpu, top_k, max_batch=256, components=components,
                    ppr_balls=True)
@@ -368,7 +375,7 @@ def cuda_backend() -> Backend:
     components = {"arrays": Choice("cuda: CuPy", "preferred"), "ppr_step": step_choice,
                   "local_importance": Choice("cuda: the whole graph, one product per iteration",
                                              "the batch stays on the device (the balls' kernel runs on the host)"),
-                  "fused_topk": topk_choice, "similarity_search": _similarity_choice()}
+                  "fused_topk": topk_choice, "similarity_search": SIMILARITY_SEARCH}
     ppr = functools.partial(personalized_pagerank, xp=cupy, step=step, check_every=PPR_CHECK_EVERY)
     return Backend("cuda", name, cupy, cupyx.scipy.sparse, ppr, topk, _device_top_k, max_batch=4096,
                    components=components)
@@ -391,18 +398,6 @@ def _device_top_k(scores, k: int):
     import cupy
 
     return cupy.argsort(-cupy.where(cupy.isnan(scores), -cupy.inf, scores), axis=-1)[..., :k]
-
-
-def _similarity_choice() -> Choice:
-    """The graph build's similarity search runs on the CPU: below ``GraphConfig.exact_limit`` utterances a range
-    search over all pairs (``graph._range_search``; FAISS's GPU indexes have none), above it the inverted file of
-    ``ivf.py`` (numpy products per list)."""
-    try:
-        import faiss  # noqa: F401
-    except ImportError:
-        return Choice("cpu: numpy GEMM, IVF above exact_limit", "faiss is not installed; FAISS GPU indexes have no "
-                      "range search")
-    return Choice("cpu: FAISS range search, IVF above exact_limit", "preferred (FAISS GPU indexes have no range search)")
 
 
 def get_backend(device: str = "auto", ppr: str = "batched") -> Backend:

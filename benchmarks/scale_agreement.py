@@ -8,6 +8,8 @@
    ``ppr_hops`` = 1 … 4.
 3. Candidates through the IVF on real dialogue (``cached_memory``): R@10 and top-10 agreement of each
    ``query_probe`` against relevance over every utterance.
+4. With ``--parts two-level``: a codebook trained in two levels (``ivf.TWO_LEVEL_LISTS``) against one level, each
+   one's edge recall against the exact search (``two_level_recall``).
 
 ``python benchmarks/scale_agreement.py --dataset longmemeval:../shared/data/longmemeval/longmemeval_s_dev.json.gz
 --utterances 10000 --output benchmarks/results/scale_agreement.json``
@@ -26,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from serve_load import sessions  # noqa: E402
 
-from assomem_gpu import AssoMemConfig, GraphConfig, MemoryIndex, Session, Utterance  # noqa: E402
+from assomem_gpu import AssoMemConfig, GraphConfig, MemoryIndex, Session, Utterance, ivf  # noqa: E402
 from assomem_gpu.data import load_dataset  # noqa: E402
 from assomem_gpu.encode import EmbeddingCache, make_encoder  # noqa: E402
 from assomem_gpu.graph import utterance_pairs  # noqa: E402
@@ -47,6 +49,26 @@ def edge_recall(x: np.ndarray, probes: list[int]) -> dict:
         out[f"n_probe={n_probe}"] = {"recall": round(len(exact & set(zip(r.tolist(), c.tolist()))) / len(exact), 4),
                                      "ivf_s": round(time.perf_counter() - start, 2),
                                      "lists": search.codebook.n_lists}
+    return out
+
+
+def two_level_recall(x: np.ndarray, list_size: int) -> dict:
+    """A codebook trained in two levels (``ivf.TWO_LEVEL_LISTS``) against one trained in one: each one's edge
+    recall against the exact search and the time of its inverted file, on ``x`` with lists of ``list_size`` (small
+    enough for the codebook to reach ``TWO_LEVEL_LISTS`` lists: a memory of ~100,000 sessions has ~2,500 lists of
+    256)."""
+    (rows, cols, _), _ = utterance_pairs(x, GraphConfig(exact_limit=len(x) + 1))
+    exact = set(zip(rows.tolist(), cols.tolist()))
+    out = {"utterances": len(x), "exact_pairs": len(rows), "list_size": list_size}
+    for name, threshold in (("one level", 10**9), ("two levels", ivf.TWO_LEVEL_LISTS)):
+        default, ivf.TWO_LEVEL_LISTS = ivf.TWO_LEVEL_LISTS, threshold
+        try:
+            start = time.perf_counter()
+            (r, c, _), search = utterance_pairs(x, GraphConfig(exact_limit=0, list_size=list_size))
+        finally:
+            ivf.TWO_LEVEL_LISTS = default
+        out[name] = {"recall": round(len(exact & set(zip(r.tolist(), c.tolist()))) / len(exact), 4),
+                     "ivf_s": round(time.perf_counter() - start, 2), "lists": search.codebook.n_lists}
     return out
 
 
@@ -126,19 +148,32 @@ def main() -> int:
     p.add_argument("--sessions", type=int, default=2500, help="size of the memory the top-10 agreement is taken on")
     p.add_argument("--cached-sessions", type=int, default=5000,
                    help="most sessions of the real memory the candidates' agreement is taken on")
+    p.add_argument("--two-level-utterances", type=int, default=100_000,
+                   help="with --parts two-level: the distinct turns the two-level codebook is measured on")
+    p.add_argument("--two-level-list-size", type=int, default=64, help="with --parts two-level: utterances per list")
+    p.add_argument("--parts", nargs="+", choices=["edges", "agreement", "cached", "two-level"],
+                   default=["edges", "agreement", "cached"], help="what to measure")
     p.add_argument("--output", help="JSON results")
     args = p.parse_args()
     encoder = make_encoder()
     texts = list(dict.fromkeys(load_dataset(args.dataset).bank.encoded_texts()))
-    result = {"dataset": args.dataset, "encoder": encoder.name, "edge_recall": [], "config": GraphConfig().__dict__}
-    for n in args.utterances:
-        x = np.ascontiguousarray(encoder.encode(texts[:n]))
-        result["edge_recall"].append(edge_recall(x, args.n_probe))
-        print(json.dumps(result["edge_recall"][-1]), flush=True)
-    result["top10_agreement"] = agreement(args.sessions, encoder)
-    print(json.dumps(result["top10_agreement"]))
-    result["cached_memory"] = cached_memory(args.dataset, encoder, args.cached_sessions)
-    print(json.dumps(result["cached_memory"]))
+    result = {"dataset": args.dataset, "encoder": encoder.name, "config": GraphConfig().__dict__}
+    if "edges" in args.parts:
+        result["edge_recall"] = []
+        for n in args.utterances:
+            x = np.ascontiguousarray(encoder.encode(texts[:n]))
+            result["edge_recall"].append(edge_recall(x, args.n_probe))
+            print(json.dumps(result["edge_recall"][-1]), flush=True)
+    if "agreement" in args.parts:
+        result["top10_agreement"] = agreement(args.sessions, encoder)
+        print(json.dumps(result["top10_agreement"]))
+    if "cached" in args.parts:
+        result["cached_memory"] = cached_memory(args.dataset, encoder, args.cached_sessions)
+        print(json.dumps(result["cached_memory"]))
+    if "two-level" in args.parts:
+        x = np.ascontiguousarray(encoder.encode(texts[: args.two_level_utterances]))
+        result["two_level"] = two_level_recall(x, args.two_level_list_size)
+        print(json.dumps(result["two_level"]))
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -194,24 +194,12 @@ def test_keyword_clues_of_many_sessions_are_each_sessions_own_by_the_definition(
     assert keyword_clues([]) == []
 
 
-def test_gemm_range_search_equals_faiss(monkeypatch):
-    rng = np.random.default_rng(3)
-    emb = unit(rng.normal(size=(300, 16)))
-    with_faiss = similarity_pairs(emb, 0.4, k=5)
-    monkeypatch.setitem(__import__("sys").modules, "faiss", None)  # import faiss now raises ImportError
-    without = similarity_pairs(emb, 0.4, k=5)
-    assert np.array_equal(with_faiss[0], without[0]) and np.array_equal(with_faiss[1], without[1])
-    assert np.allclose(with_faiss[2], without[2], atol=2e-6)  # BLAS and FAISS may round the last digit apart
-
-
-@pytest.mark.parametrize("use_faiss", [True, False])
-def test_upper_triangle_range_search_finds_every_pair_once_each_way(monkeypatch, use_faiss):
+@pytest.mark.parametrize("block", [(64, 48), (64, 10_000), (1000, 1000)])
+def test_upper_triangle_range_search_finds_every_pair_once_each_way(block):
     from assomem_gpu.graph import _range_search
 
-    if not use_faiss:
-        monkeypatch.setitem(__import__("sys").modules, "faiss", None)
     x = unit(np.random.default_rng(5).normal(size=(203, 8)))
-    rows, cols, sims = _range_search(x, 0.5, block=64)  # four blocks, the last one short
+    rows, cols, sims = _range_search(x, 0.5, block=block)  # blocks of rows and of columns, the last ones short
     prod = x @ x.T
     want = {(i, j) for i, j in zip(*np.nonzero(prod > 0.5)) if i != j}
     got = list(zip(rows.tolist(), cols.tolist()))
@@ -369,8 +357,15 @@ def assert_same_graph(a, b):
         assert np.array_equal(a.search.held[1].centroids, b.search.held[1].centroids)
 
 
-def test_ivf_graph_grown_equals_built_across_codebook_doublings():
+@pytest.mark.parametrize("two_level", [False, True])
+def test_ivf_graph_grown_equals_built_across_codebook_doublings(monkeypatch, two_level):
+    """``two_level``: codebooks of 25 lists and more are trained in two levels (the 800-row one: 50 lists in 7
+    groups)."""
+    from assomem_gpu import ivf
     from assomem_gpu.graph import grow_graph
+
+    if two_level:
+        monkeypatch.setattr(ivf, "TWO_LEVEL_LISTS", 25)
 
     per = 5
     emb, bank = clustered(320, per)
@@ -642,6 +637,27 @@ def test_a_grown_search_holds_the_lists_its_rows_fill():
     filled = same.grown(np.array([[2, 0]], np.int32))
     assert filled.held[0].tolist() == [0, 1, 2]
     assert np.array_equal(filled.held[1].centroids, UttSearch(codebook, filled.probe).held[1].centroids)
+
+
+def test_a_codebook_trained_in_two_levels_finds_the_edges_one_level_finds(monkeypatch):
+    """From ``TWO_LEVEL_LISTS`` lists on, k-means runs in groups (its cost grows with the lists squared otherwise):
+    as many lists, unit vectors, and the inverted file's edges as good as one level's."""
+    from assomem_gpu import ivf
+    from assomem_gpu.graph import utterance_pairs
+
+    emb, _ = clustered(400, 5, seed=3)
+    config = GraphConfig(gamma=0.6, exact_limit=1000, list_size=16, n_probe=6)
+    (r, c, _), _ = utterance_pairs(emb, GraphConfig(gamma=0.6))
+    exact = set(zip(r.tolist(), c.tolist()))
+    found = {}
+    for two_level in (False, True):
+        monkeypatch.setattr(ivf, "TWO_LEVEL_LISTS", 50 if two_level else 10**9)
+        book = ivf.train(emb, list_size=16)
+        assert book.n_lists == 125 and np.allclose(np.linalg.norm(book.centroids, axis=1), 1, atol=1e-5)
+        (r, c, _), search = utterance_pairs(emb, config)
+        assert np.array_equal(search.codebook.centroids, book.centroids)  # (trained on all 2,000 rows)
+        found[two_level] = len(exact & set(zip(r.tolist(), c.tolist()))) / len(exact)
+    assert found[False] > 0.9 and found[True] > found[False] - 0.03, found
 
 
 def test_ivf_probes_do_not_depend_on_the_batch():

@@ -118,14 +118,12 @@ def _gather_serial(sims, floors, starts, rows, cols):
 def select_pairs(sims: np.ndarray, radius: float, keep: int, doubt: float) -> tuple[np.ndarray, np.ndarray]:
     """(row, column) int64 of the entries of ``sims`` (float32, 2-d) above each row's floor: ``radius``, or the
     row's ``keep``-th largest value less ``doubt`` where that is higher (rows of at most ``keep`` values:
-    ``radius``). In row-major order, as ``np.nonzero`` gives them. ``keep`` >= 1."""
+    ``radius``). In row-major order, as ``np.nonzero`` gives them. ``keep`` >= 1; ``keep`` >= the row length keeps
+    every value above ``radius`` (a range search's block: one counting pass and one gathering pass)."""
     sims = np.ascontiguousarray(sims, dtype=np.float32)
-    if keep > MAX_KEEP:  # the buffer's insertions cost O(keep) each: numpy's partition wins
-        floor = np.full(len(sims), radius, np.float32)
-        if keep < sims.shape[1]:
-            kth = np.partition(sims, sims.shape[1] - keep, axis=1)[:, sims.shape[1] - keep]
-            floor = np.maximum(floor, kth - np.float32(doubt))
-        rows, cols = np.nonzero(sims > floor[:, None])
+    if MAX_KEEP < keep < sims.shape[1]:  # the buffer's insertions cost O(keep) each: numpy's partition wins
+        kth = np.partition(sims, sims.shape[1] - keep, axis=1)[:, sims.shape[1] - keep]
+        rows, cols = np.nonzero(sims > np.maximum(np.float32(radius), kth - np.float32(doubt))[:, None])
         return rows.astype(np.int64), cols.astype(np.int64)
     n = sims.shape[0]
     floors, counts = np.empty(n, np.float32), np.empty(n, np.int64)
