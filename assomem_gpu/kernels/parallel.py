@@ -37,7 +37,7 @@ def drive(parallel, serial, pool: bool, *args) -> None:
 
 def quiet_idle_threads() -> None:
     """Let idle worker threads sleep instead of spinning, unless the user set the variables: OpenMP's (torch's, which
-    encode the questions: ``OMP_WAIT_POLICY=PASSIVE``) and OpenBLAS's (numpy's and FAISS's:
+    encode the questions: ``OMP_WAIT_POLICY=PASSIVE``) and OpenBLAS's (numpy's:
     ``OPENBLAS_THREAD_TIMEOUT=4``, 2^4 cycles). On 2 cores each library's spinning threads starve the next one's:
     a free-text search of a 2,500-session memory took 56 ms with torch's spinning, 36 ms without; then an encode plus
     a search of 300 sessions took 45 ms with OpenBLAS's spinning, 33 ms without. Batch throughput is unchanged. The
