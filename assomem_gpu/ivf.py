@@ -87,7 +87,8 @@ def codebook_rows(n: int, exact_limit: int) -> int:
 
 def train(x: np.ndarray, list_size: int, seed: int = 0) -> Codebook:
     """Spherical k-means over ``x`` (all of it is the codebook's rows): ``len(x) // list_size`` centroids (at least
-    one), initialised from a seeded sample of rows and refined on a sample of ``TRAIN_PER_LIST`` rows per centroid.
+    one; in two levels about as many, a group's share rounded), initialised from a seeded sample of rows and refined
+    on a sample of ``TRAIN_PER_LIST`` rows per centroid.
 
     From ``TWO_LEVEL_LISTS`` lists on, where ``ITERATIONS`` rounds over every centroid (the sample times the
     centroids, both growing with the memory) would cost the build more than its pairs: ⌊√lists⌋ group centroids over
@@ -104,7 +105,9 @@ def train(x: np.ndarray, list_size: int, seed: int = 0) -> Codebook:
     held = np.bincount(group)
     share = n_lists * held / len(sample)
     lists = np.where(held > 0, np.maximum(np.floor(share), 1), 0).astype(np.int64)
-    lists[np.argsort(-(share - np.floor(share)), kind="stable")[: max(n_lists - int(lists.sum()), 0)]] += 1
+    rest = np.where(lists == np.floor(share), share - np.floor(share), -1.0)  # a group raised to one list: no more
+    lists[np.argsort(-rest, kind="stable")[: max(n_lists - int(lists.sum()), 0)]] += 1
+    lists = np.minimum(lists, held)  # (lists of one or two rows: a share can round up past the group's rows)
     parts = []
     for g in np.flatnonzero(lists):
         rows = sample[group == g]

@@ -660,6 +660,19 @@ def test_a_codebook_trained_in_two_levels_finds_the_edges_one_level_finds(monkey
     assert found[False] > 0.9 and found[True] > found[False] - 0.03, found
 
 
+def test_a_two_level_codebook_gives_no_group_more_lists_than_rows():
+    """Lists of 2 over turns said once or nine times (one-hot): groups of one sample row, whose share of the lists
+    is under one and raised to one, get no more (a second list would need a second row to start from)."""
+    from assomem_gpu import ivf
+
+    counts = np.array([1] * 150 + [9] * 211)
+    x = np.repeat(np.eye(len(counts), dtype=np.float32), counts, axis=0)
+    x = np.ascontiguousarray(x[np.random.default_rng(1).permutation(len(x))])
+    for seed in range(5):
+        book = ivf.train(x, list_size=2, seed=seed)  # 1,024 lists: two levels
+        assert abs(book.n_lists - 1024) <= 32 and np.all(np.isfinite(book.centroids))
+
+
 def test_ivf_probes_do_not_depend_on_the_batch():
     from assomem_gpu import ivf
 
