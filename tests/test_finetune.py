@@ -33,6 +33,21 @@ def test_samples_mix_evidence_with_hard_negatives_or_hold_negatives_only(answere
         denoising_samples(ds, rankings, [0], context=0)
 
 
+def test_an_abstention_question_without_a_reference_gives_its_negative_only_sample(locomo_file):
+    """LoCoMo's category 5 (adversarial) carries only its trap answer: it still teaches "IDK" over its hardest
+    negatives; a question of another category without evidence gives nothing."""
+    ds = load_dataset(f"locomo:{locomo_file}")
+    rankings = [ds.memory_utterances(q.memory) for q in ds.questions]
+    samples = denoising_samples(ds, rankings, range(len(ds.questions)), context=3)
+    trap = next(q for q in ds.questions if q.abstention)
+    assert trap.answer is None
+    mine = [s for s in samples if s["question_id"] == trap.id]
+    assert [s["kind"] for s in mine] == ["negative-only"]
+    assert final_answer(mine[0]["completion"][0]["content"]) == IDK
+    assert not any(ds.bank.utt_texts[r] in mine[0]["prompt"][0]["content"] for r in trap.evidence)
+    assert {s["question_id"] for s in samples} == {q.id for q in ds.questions if q.abstention or len(q.evidence)}
+
+
 def test_split_keeps_questions_sharing_evidence_together_and_hides_held_out_evidence(meetingqa_file):
     ds = load_dataset(f"meetingqa:{meetingqa_file}")  # one memory; two questions answered by one utterance
     utt_session = ds.bank.utt_session()

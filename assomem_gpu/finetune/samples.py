@@ -7,8 +7,9 @@ memory context, and the multi-task target (``TARGET_FORMAT``: the question type,
   evidence: what retrieval confuses with the answer), shuffled, ``context`` utterances in all; target: its answer;
 - **negative-only**: ``context`` hardest negatives alone; target: its type and "IDK" (the answer is not there).
 
-Abstention questions give only a negative-only sample (their answer is "not in the memory" whatever is shown).
-Questions without a reference answer, and others without evidence, give none.
+Abstention questions give only a negative-only sample (their answer is "not in the memory" whatever is shown),
+with or without a reference (LoCoMo's category 5 holds only its trap answer). Other questions without a reference
+answer, or without evidence, give none.
 
 The split is by evidence: questions that share an evidence session (directly or through others) fall on the same
 side, and no training context shows a held-out question's evidence utterance (not even as a negative), so nothing a
@@ -69,7 +70,7 @@ def denoising_samples(ds: Dataset, rankings: Sequence[np.ndarray], questions: Se
     samples = []
     for i in questions:
         q = ds.questions[i]
-        if q.answer is None or not (len(q.evidence) or q.abstention):
+        if not q.abstention and (q.answer is None or not len(q.evidence)):
             continue
         qtype = q.type or "unknown"
         evidence = [int(r) for r in q.evidence]
