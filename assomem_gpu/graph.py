@@ -290,17 +290,17 @@ def _range_search(x: np.ndarray, radius: float,
 
     The products are symmetric, so only the upper triangle is searched: each block of rows against the columns from
     the block on, one BLAS product of ``block`` at most at a time, its entries above ``radius`` picked in one Numba
-    pass (``pair_select.select_pairs``); each pair is mirrored. (FAISS's flat range search found the same pairs 2–4×
+    pass (``pair_select.pairs_above``); each pair is mirrored. (FAISS's flat range search found the same pairs 2–4×
     slower on this project's 2-core machine, from 500 to 24,000 rows.)
     """
-    from .kernels.pair_select import select_pairs  # Numba loads on the first build, not on import
+    from .kernels.pair_select import pairs_above  # Numba loads on the first build, not on import
 
     height, width = block
     rows, cols = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for lo in range(0, len(x), height):
         query = x[lo : lo + height]
         for at in range(lo, len(x), width):
-            r, c = select_pairs(query @ x[at : at + width].T, radius, width, 0.0)
+            r, c = pairs_above(query @ x[at : at + width].T, radius)
             r, c = lo + r, at + c
             upper = c > r
             rows.append(r[upper]), cols.append(c[upper])
@@ -339,7 +339,7 @@ def _leader_labels(x: np.ndarray, delta: float) -> np.ndarray:
     ``exact_cosines`` rounded to 1e-6 above δ, so the labels are those of all pairs searched; the products are
     n × leaders, not n² / 2 (25,000 synthetic sessions of 3,458 clues: 0.7 s, against 5.7 s of range search over
     all pairs)."""
-    from .kernels.pair_select import select_pairs  # Numba loads on the first build, not on import
+    from .kernels.pair_select import pairs_above  # Numba loads on the first build, not on import
 
     n = len(x)
     labels = np.empty(n, np.int64)
@@ -350,8 +350,7 @@ def _leader_labels(x: np.ndarray, delta: float) -> np.ndarray:
         hi = min(n, lo + int(np.clip(LEADER_PRODUCTS // max(len(leader), 1), *LEADER_BLOCK)))
         block = x[lo:hi]
         first = np.full(hi - lo, -1, np.int64)  # each session's first δ-similar leader of the blocks before
-        s, at = select_pairs(block @ leader_rows.view.T, delta - 1e-4, max(len(leader), 1), 0.0)  # by session,
-        # then leader ascending (every product above the margin: no row holds more than the leaders)
+        s, at = pairs_above(block @ leader_rows.view.T, delta - 1e-4)  # by session, then leader ascending
         ok = np.round(exact_cosines(x, leader[at], lo + s), 6) > delta
         s, at = s[ok], at[ok]
         found, where = np.unique(s, return_index=True)

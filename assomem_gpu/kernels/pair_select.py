@@ -135,6 +135,12 @@ def select_pairs(sims: np.ndarray, radius: float, keep: int, doubt: float) -> tu
     return rows, cols
 
 
+def pairs_above(sims: np.ndarray, radius: float) -> tuple[np.ndarray, np.ndarray]:
+    """(row, column) int64 of every entry of ``sims`` above ``radius``, in row-major order: ``select_pairs`` with no
+    per-row cap (a range search's block)."""
+    return select_pairs(sims, radius, max(np.shape(sims)[-1], 1), 0.0)
+
+
 @njit(cache=True, nogil=True, fastmath=True)
 def _dot(x, a, b):
     s = np.float32(0.0)
