@@ -53,20 +53,18 @@ def edge_recall(x: np.ndarray, probes: list[int]) -> dict:
 
 
 def two_level_recall(x: np.ndarray, list_size: int) -> dict:
-    """A codebook trained in two levels (``ivf.TWO_LEVEL_LISTS``) against one trained in one: each one's edge
+    """A codebook trained in two levels (from ``ivf.TWO_LEVEL_LISTS`` lists) against one trained in one: each one's edge
     recall against the exact search and the time of its inverted file, on ``x`` with lists of ``list_size`` (small
     enough for the codebook to reach ``TWO_LEVEL_LISTS`` lists: a memory of ~100,000 sessions has ~2,500 lists of
     256)."""
     (rows, cols, _), _ = utterance_pairs(x, GraphConfig(exact_limit=len(x) + 1))
     exact = set(zip(rows.tolist(), cols.tolist()))
     out = {"utterances": len(x), "exact_pairs": len(rows), "list_size": list_size}
+    trained = ivf.codebook_rows(len(x), 0)  # the rows ``utterance_pairs`` trains on with ``exact_limit`` 0
     for name, threshold in (("one level", 10**9), ("two levels", ivf.TWO_LEVEL_LISTS)):
-        default, ivf.TWO_LEVEL_LISTS = ivf.TWO_LEVEL_LISTS, threshold
-        try:
-            start = time.perf_counter()
-            (r, c, _), search = utterance_pairs(x, GraphConfig(exact_limit=0, list_size=list_size))
-        finally:
-            ivf.TWO_LEVEL_LISTS = default
+        start = time.perf_counter()
+        book = ivf.train(x[:trained], list_size, two_level_lists=threshold)
+        (r, c, _), search = utterance_pairs(x, GraphConfig(exact_limit=0, list_size=list_size), book)
         out[name] = {"recall": round(len(exact & set(zip(r.tolist(), c.tolist()))) / len(exact), 4),
                      "ivf_s": round(time.perf_counter() - start, 2), "lists": search.codebook.n_lists}
     return out
