@@ -52,7 +52,8 @@ class AssoMemConfig:
     # questions as if that many questions said the latter: (n·CMI_type + prior·CMI_all) / (n + prior); 0 = each
     # type's own. Calibration alone reads it: a config saved before it calibrates with it too
     user_speakers: tuple[str, ...] = ("user",)  # speakers whose turns are the memory user's own (held stripped and
-    # case-folded, and so compared): the user_relevance signal reads relevance on them (signals/user_relevance.py)
+    # case-folded, and so compared): the user_relevance signal reads relevance on them, or on the others' for a
+    # question that recalls what the assistant said (signals/user_relevance.py)
 
     def __post_init__(self):
         if not isinstance(self.graph, GraphConfig):

@@ -19,6 +19,7 @@ from .scoring import question_temporal
 from .sentences import sentence_texts
 from .signals.temporal import parse_constraint
 from .signals.lexical import BM25Index
+from .signals.user_relevance import asks_assistant
 
 
 def reference_graph(data: EmbeddedDataset, memory: int, session_clue_emb: np.ndarray, method: AssoMem) -> tuple:
@@ -191,8 +192,10 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
             for i in local:
                 top[session[i]] = max(top.get(session[i], -np.inf), best[i])
             col = [top[session[i]] for i in local]
-        elif name == "user_relevance":  # relevance on the user's turns, the candidates' lowest elsewhere
-            mine = [ds.bank.utt_speakers[utterances[i]].strip().casefold() in users for i in local]
+        elif name == "user_relevance":  # relevance on the turns of the speaker asked about (the user's, or the
+            # others' where the question recalls what the assistant said), the candidates' lowest elsewhere
+            mine = [(ds.bank.utt_speakers[utterances[i]].strip().casefold() in users) != asks_assistant(q.text)
+                    for i in local]
             low = min(best[local])  # (once: not per candidate)
             col = [best[i] if m else low for i, m in zip(local, mine)]
         else:
@@ -202,7 +205,7 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
         columns.append(z)
         if name == "temporal":  # a question without a time intent has none
             active.append(bool(np.any(z != 0)))
-        elif name == "user_relevance":  # nor one whose candidates are all the user's, or none
+        elif name == "user_relevance":  # nor one whose candidates that speaker said all, or none
             active.append(any(mine) and not all(mine))
         else:
             active.append(True)

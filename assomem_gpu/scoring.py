@@ -26,7 +26,7 @@ from .signals.context import context_scores
 from .signals.lexical_context import lexical_context_scores
 from .signals.session import session_scores
 from .signals.temporal import RESOLVED, TimeConstraint, parse_constraint, temporal_scores
-from .signals.user_relevance import user_relevance_scores
+from .signals.user_relevance import asked_speaker, user_relevance_scores
 from .state import MemoryState
 
 CLUE_HEAD = 4  # clues a question ranks first, in multiples of top_clues (``_clue_order``)
@@ -237,8 +237,9 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             best = best_cosines(rel_at, q, at, valid, vectors, starts, held, backend)
     own_bm25 = functools.cache(lambda: lexical(state, terms, at, backend))  # the candidates' BM25, for either
     # lexical signal
-    mine = backend.resident(state, "own", state.version, lambda: state.own)[at] \
-        if "user_relevance" in config.signals else None  # whether the user said each candidate
+    mine = asked_speaker(backend.resident(state, "own", state.version, lambda: state.own)[at], queries.texts, xp) \
+        if "user_relevance" in config.signals else None  # whether the speaker each question asks about said each
+    # candidate
     for s, name in enumerate(config.signals):
         if name == "relevance":
             signals[:, :, s] = best
@@ -275,7 +276,7 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
     if "temporal" in config.signals:  # a question without a temporal intent has no temporal signal
         t = config.signals.index("temporal")
         active[:, t] = xp.any(z[:, :, t] != 0, axis=1)
-    if mine is not None:  # nor one whose candidates are all the user's, or none, a user relevance signal
+    if mine is not None:  # nor one whose candidates that speaker said all, or none, a user relevance signal
         u = config.signals.index("user_relevance")
         active[:, u] = xp.any(valid & mine, axis=1) & xp.any(valid & ~mine, axis=1)
     return Scored(cand, counts, z, active, rel.values, rel.rows, None if rel.rows is None else rel.everything)

@@ -798,6 +798,26 @@ def test_a_question_gets_the_same_hits_and_scores_to_the_bit_alone_or_in_a_batch
                                                                         for h in alone]
 
 
+def test_a_question_that_recalls_what_the_assistant_said_is_answered_from_the_assistants_turns():
+    """Fused on user relevance alone: a question about the user's past ranks the user's turn on the topic first, the
+    same question recalling what the assistant recommended ranks the assistant's answer first."""
+    from assomem_gpu.fusion import FusionModel
+
+    config = AssoMemConfig(clues=False)
+    cmi = np.where(np.asarray(config.signals) == "user_relevance", 1.0, 0.0)[None]
+    index = MemoryIndex(HashingEncoder(), config, FusionModel(list(config.signals), ["all"], cmi, 0.01),
+                        device="cpu")
+    index.add_sessions([Session("trip", 1_700_000_000.0, [
+        Utterance("which hiking trail near the lake should I walk", "user", id="asked"),
+        Utterance("walk the ridge hiking trail near the lake", "assistant", id="answered"),
+        Utterance("thanks, the lake sounds lovely", "user", id="thanks")]),
+        Session("food", 1_700_100_000.0, [Utterance("any soup recipe for winter", "user", id="soup"),
+                                          Utterance("try a leek soup", "assistant", id="leek")])])
+    mine, yours = index.search(["which hiking trail near the lake did I walk",
+                                "which hiking trail near the lake did you recommend"], k=2)
+    assert mine[0].utterance_id == "asked" and yours[0].utterance_id == "answered"
+
+
 @pytest.mark.parametrize("typed", [False, True])
 def test_user_relevance_ranks_a_memory_of_named_speakers_as_without_it(typed):
     """The signal reads relevance on the user's turns: with "user" / "assistant" speakers it moves the ranking, with

@@ -27,7 +27,8 @@ def random_memories(tmp_path, seed, n_questions=6):
                       bool(s == 0 and t == 0)) for t in range(rng.integers(1, 7))]
             sessions[f"{'answer_' if s == 0 else ''}m{seed}_{q}_{s}"] = turns
         dates = [f"2023/0{rng.integers(1, 9)}/{rng.integers(10, 28)} (Mon) 10:00" for _ in sessions]
-        items.append(lme_item(f"q{q}", " ".join(rng.choice(words, size=4)) + " last month", sessions, dates,
+        recall = "what did you say about " if q % 3 == 2 else ""  # (user relevance reads the assistant's turns)
+        items.append(lme_item(f"q{q}", recall + " ".join(rng.choice(words, size=4)) + " last month", sessions, dates,
                               qtype=["a", "b"][q % 2], qdate="2023/09/01 (Fri) 10:00"))
     path = tmp_path / f"rand{seed}.json"
     path.write_text(json.dumps(items))

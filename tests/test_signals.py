@@ -412,6 +412,26 @@ def test_user_relevance_is_the_relevance_of_the_users_turns_and_the_lowest_elsew
     assert user_relevance_scores(best[:, :0], own[at][:, :0], valid[:, :0], np).shape == (2, 0)
 
 
+@pytest.mark.parametrize("question, asks", [
+    ("I remember you told me about the refineries. Which processes are used there?", True),
+    ("What was the name of that hiking trail you recommended?", True),
+    ("How many eggs did you say we need for the omelette?", True),
+    ("You mentioned that companies use two-factor authentication. Which others?", True),
+    ("I'm going back to our previous conversation about dinosaurs. What colour was the Plesiosaur?", True),
+    ("In our previous chat I mentioned my dog. What was its name?", False),  # the user said it
+    ("Can you recommend a hotel for my trip to Miami?", False),  # a request, not a recall
+    ("What did I buy for my sister?", False),
+    ("Did you know that I moved?", False),
+])
+def test_a_question_that_recalls_what_the_assistant_said_asks_about_the_assistants_turns(question, asks):
+    from assomem_gpu.signals.user_relevance import asked_speaker, asks_assistant
+
+    assert asks_assistant(question) is asks
+    own = np.array([[True, False, True], [True, False, False]])
+    flipped = asked_speaker(own, [question, "Where did I go last week?"], np)
+    assert flipped.tolist() == [[not asks, asks, not asks], [True, False, False]]
+
+
 def test_lexical_context_is_the_bm25_score_of_the_turn_before_in_the_same_session():
     """A turn that answers the one holding the question's words gets that turn's BM25 score; a session's first turn
     gets 0 (the turn before it is another session's), whatever its own score; with the rows' own scores known the
