@@ -725,7 +725,10 @@ def test_a_config_saved_before_leader_clues_merges_by_components_and_the_shipped
     with pytest.raises(ValueError, match="sentences"):
         AssoMemConfig(sentences=1)
     shipped = json.loads(files("assomem_gpu").joinpath(DEFAULT_WEIGHTS).read_text(encoding="utf-8"))
-    assert AssoMemConfig.from_json(shipped["config"]) == AssoMemConfig()  # recalibrate them when a default changes
+    calibrated = AssoMemConfig.from_json(shipped["config"])  # recalibrate them when a default changes; their
+    # weight temperature is given, not chosen (assomem_gpu/weights/README.md)
+    assert calibrated.weight_temperatures == (0.2,)
+    assert dataclasses.replace(calibrated, weight_temperatures=WEIGHT_TEMPERATURES) == AssoMemConfig()
 
 
 @pytest.mark.parametrize("make, field", [
