@@ -85,20 +85,20 @@ def codebook_rows(n: int, exact_limit: int) -> int:
     return rows
 
 
-def train(x: np.ndarray, list_size: int, seed: int = 0, two_level_lists: int = TWO_LEVEL_LISTS) -> Codebook:
+def train(x: np.ndarray, list_size: int, seed: int = 0, two_level_lists: int | None = None) -> Codebook:
     """Spherical k-means over ``x`` (all of it is the codebook's rows): ``len(x) // list_size`` centroids (at least
     one; in two levels about as many, a group's share rounded), initialised from a seeded sample of rows and refined
     on a sample of ``TRAIN_PER_LIST`` rows per centroid.
 
-    From ``two_level_lists`` lists on (default ``TWO_LEVEL_LISTS``), where ``ITERATIONS`` rounds over every centroid
-    (the sample times the centroids, both growing with the memory) would cost the build more than its pairs:
-    ⌊√lists⌋ group centroids over the sample, in each group its share of the lists (by its sample rows, at least one
-    where it has rows) over the sample rows nearest it, then ``TWO_LEVEL_ROUNDS`` rounds over every centroid, which
+    From ``two_level_lists`` lists on (None: ``TWO_LEVEL_LISTS``, read at the call), where ``ITERATIONS`` rounds over
+    every centroid (the sample times the centroids, both growing with the memory) would cost the build more than its
+    pairs: ⌊√lists⌋ group centroids over the sample, in each group its share of the lists (by its sample rows, at least
+    one where it has rows) over the sample rows nearest it, then ``TWO_LEVEL_ROUNDS`` rounds over every centroid, which
     mend the groups' borders. A row's probes are its nearest of all the lists either way."""
     n_lists = max(1, len(x) // list_size)
     rng = np.random.default_rng(seed)
     sample = x[np.sort(rng.choice(len(x), size=min(len(x), TRAIN_PER_LIST * n_lists), replace=False))]
-    if n_lists < two_level_lists:
+    if n_lists < (TWO_LEVEL_LISTS if two_level_lists is None else two_level_lists):
         return Codebook(_kmeans(sample, _seeded(sample, n_lists, rng), ITERATIONS), len(x))
     groups = _kmeans(sample, _seeded(sample, math.isqrt(n_lists), rng), ITERATIONS)
     group = np.argmax(sample @ groups.T, axis=1)

@@ -194,8 +194,8 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
             col = [top[session[i]] for i in local]
         elif name == "user_relevance":  # relevance on the turns of the speaker asked about (the user's, or the
             # others' where the question recalls what the assistant said), the candidates' lowest elsewhere
-            mine = [(ds.bank.utt_speakers[utterances[i]].strip().casefold() in users) != asks_assistant(q.text)
-                    for i in local]
+            other = asks_assistant(q.text)
+            mine = [(ds.bank.utt_speakers[utterances[i]].strip().casefold() in users) != other for i in local]
             low = min(best[local])  # (once: not per candidate)
             col = [best[i] if m else low for i, m in zip(local, mine)]
         else:

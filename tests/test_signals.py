@@ -418,6 +418,9 @@ def test_user_relevance_is_the_relevance_of_the_users_turns_and_the_lowest_elsew
     ("How many eggs did you say we need for the omelette?", True),
     ("You mentioned that companies use two-factor authentication. Which others?", True),
     ("I'm going back to our previous conversation about dinosaurs. What colour was the Plesiosaur?", True),
+    ("Remind me what you’ve recommended for my back, and didn’t you say to stretch?", True),  # curly apostrophes
+    ("Didn't you mention a bakery near the station?", True),
+    ("In our previous conversation about the trip I made to Rome, which restaurant was it?", True),
     ("In our previous chat I mentioned my dog. What was its name?", False),  # the user said it
     ("Can you recommend a hotel for my trip to Miami?", False),  # a request, not a recall
     ("What did I buy for my sister?", False),

@@ -32,10 +32,10 @@ _DONE = ("told|said|mentioned|suggested|recommended|wrote|gave|listed|provided|s
 _DO = ("say|tell|mention|suggest|recommend|write|give|list|provide|share|explain|describe|propose|come up with|"
        "create|name|offer|advise|point out|note|include|cover|discuss|talk about|show|send|compose|generate|"
        "calculate|answer|make")
-_YOU_SAID = re.compile(rf"\byou(?:'ve| have| had|'d)?\s+(?:\w+ly\s+|just\s+|also\s+|once\s+)?(?:{_DONE})\b"
-                       rf"|\bdid you\s+(?:\w+ly\s+)?(?:{_DO})\b", re.I)
-_I_SAID = re.compile(rf"\bI(?:'ve| have| had|'d)?\s+(?:\w+ly\s+|just\s+|also\s+|once\s+)?(?:{_DONE})\b"
-                     rf"|\bdid I\s+(?:\w+ly\s+)?(?:{_DO})\b", re.I)
+_SAYING = "told|said|mentioned|shared|explained|described|noted|discussed|talked about|wrote"  # what "I" says
+_HAVE = r"(?:['’]ve| have| had|['’]d)?\s+(?:\w+ly\s+|just\s+|also\s+|once\s+)?"  # "you've just", "you had once"
+_YOU_SAID = re.compile(rf"\byou{_HAVE}(?:{_DONE})\b|\bdid(?:n['’]t| not)? you\s+(?:\w+ly\s+)?(?:{_DO})\b", re.I)
+_I_SAID = re.compile(rf"\bI{_HAVE}(?:{_SAYING})\b", re.I)
 _OUR_CHAT = re.compile(r"\bour (?:previous|last|earlier|past|prior) (?:chat|conversation|discussion|exchange)s?\b",
                        re.I)
 
@@ -43,7 +43,7 @@ _OUR_CHAT = re.compile(r"\bour (?:previous|last|earlier|past|prior) (?:chat|conv
 def asks_assistant(question: str) -> bool:
     """Does the question recall what the assistant said? Yes where "you" said, told, recommended (or the like) it,
     or where it refers to "our previous chat" (conversation, discussion) and does not say that the user said it
-    ("I mentioned")."""
+    ("I mentioned"). Straight and curly apostrophes alike ("you’ve", "didn’t you")."""
     return _YOU_SAID.search(question) is not None or (_OUR_CHAT.search(question) is not None
                                                       and _I_SAID.search(question) is None)
 
