@@ -237,9 +237,9 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             best = best_cosines(rel_at, q, at, valid, vectors, starts, held, backend)
     own_bm25 = functools.cache(lambda: lexical(state, terms, at, backend))  # the candidates' BM25, for either
     # lexical signal
+    # whether the speaker each question asks about (the user, or the assistant) said each candidate
     mine = asked_speaker(backend.resident(state, "own", state.version, lambda: state.own)[at], queries.texts, xp) \
-        if "user_relevance" in config.signals else None  # whether the speaker each question asks about said each
-    # candidate
+        if "user_relevance" in config.signals else None
     for s, name in enumerate(config.signals):
         if name == "relevance":
             signals[:, :, s] = best

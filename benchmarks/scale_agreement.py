@@ -53,10 +53,10 @@ def edge_recall(x: np.ndarray, probes: list[int]) -> dict:
 
 
 def two_level_recall(x: np.ndarray, list_size: int) -> dict:
-    """A codebook trained in two levels (from ``ivf.TWO_LEVEL_LISTS`` lists) against one trained in one: each one's edge
-    recall against the exact search and the time of its inverted file, on ``x`` with lists of ``list_size`` (small
-    enough for the codebook to reach ``TWO_LEVEL_LISTS`` lists: a memory of ~100,000 sessions has ~2,500 lists of
-    256)."""
+    """A codebook trained in two levels (from ``ivf.TWO_LEVEL_LISTS`` lists) against one trained in one: each one's
+    edge recall against the exact search and the time of its inverted file, on ``x`` with lists of ``list_size``
+    (small enough for the codebook to reach ``TWO_LEVEL_LISTS`` lists: a memory of ~100,000 sessions has ~2,500
+    lists of 256)."""
     (rows, cols, _), _ = utterance_pairs(x, GraphConfig(exact_limit=len(x) + 1))
     exact = set(zip(rows.tolist(), cols.tolist()))
     out = {"utterances": len(x), "exact_pairs": len(rows), "list_size": list_size}

@@ -790,8 +790,9 @@ def test_a_question_gets_the_same_hits_and_scores_to_the_bit_alone_or_in_a_batch
     index = make_index(replace(PROBED, query_probe=query_probe))
     index.add_sessions(random_sessions(5, 60))
     rng = np.random.default_rng(0)
-    questions = [("what did you say about " if i % 4 == 0 else "") + " ".join(rng.choice(WORDS, size=int(rng.integers(
-        1, 5)))) for i in range(40)]  # (a quarter recall what the assistant said: user relevance reads its turns)
+    recall = ["what did you say about " if i % 4 == 0 else "" for i in range(40)]  # (a quarter recall what the
+    # assistant said: user relevance reads its turns)
+    questions = [r + " ".join(rng.choice(WORDS, size=int(rng.integers(1, 5)))) for r in recall]
     probing = scoring.probing(index._state.graph, scoring.Queries(np.ones((1, index.dim), np.float32), ["x"],
                                                                   np.full(1, np.nan)), index.config)
     assert probing == (query_probe > 0)
