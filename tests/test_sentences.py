@@ -26,6 +26,32 @@ def test_sentences_end_at_stops_and_line_breaks_and_short_pieces_join_the_one_be
     assert len(split(" ".join(f"this is sentence {i}." for i in range(100)))) == MAX_SENTENCES
 
 
+@pytest.mark.parametrize("limit", [0, 1, 2, MAX_SENTENCES])
+def test_a_split_that_stops_at_its_limit_keeps_what_the_whole_split_keeps(limit):
+    """``split`` stops reading a turn once a sentence past ``limit`` begins; what it keeps is the first ``limit`` of
+    the whole turn's sentences, short pieces after the last one kept joined to it."""
+    from assomem_gpu.sentences import MIN_WORDS, _END
+
+    def whole(text):  # the rule over every piece, then the first ``limit``
+        out, opening = [], ""
+        for piece in filter(None, (p.strip() for p in _END.split(text))):
+            if len(piece.split()) >= MIN_WORDS:
+                out.append(piece if out or not opening else f"{opening} {piece}")
+            elif out:
+                out[-1] += " " + piece
+            else:
+                opening = f"{opening} {piece}" if opening else piece
+        return out[:limit] if out else [opening] if opening else []
+
+    rng = np.random.default_rng(0)
+    pieces = ["Hi!", "Sure.", "ok", "This is a long sentence.", "Another one here too!", "\n", "a b c d e?", "Yes."]
+    texts = [" ".join(rng.choice(pieces, rng.integers(0, 16))) for _ in range(500)]
+    if limit:  # the last sentence kept has a short piece after it joined in some of the turns
+        assert any(len(whole(t)) == limit and whole(t)[-1].endswith(("Hi!", "Sure.", "ok", "Yes.")) for t in texts)
+    for text in texts:
+        assert split(text, limit) == whole(text), text
+
+
 def test_only_utterances_of_many_sentences_get_vectors_read_as_their_speaker_said_them():
     texts, counts = sentence_texts(["user", "", "bot"], ["One short one", "The first one is here. The second one "
                                                          "is here.", "Alpha beta gamma delta. Epsilon zeta eta theta."])

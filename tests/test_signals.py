@@ -296,6 +296,38 @@ def test_mentions_time_searches_only_texts_with_an_expressions_cue_words():
     assert [mentions_time(t) for t in texts[:5]] == [True] * 5 and not mentions_time("nothing here")
 
 
+def test_a_time_mark_is_its_forms_searched_in_the_text_itself():
+    """The time mark's shortcuts (more cue words and characters, patterns without IGNORECASE on lower-cased text,
+    both for ASCII texts only) find what each form's own pattern finds in the text as given, wherever the text holds
+    one of its cue words: in every case, with and without a form there, each word of the shortcuts' cue sets in a
+    form it completes, and with characters whose case folding reaches ASCII letters (the Kelvin sign, the long s, the
+    dotted capital I)."""
+    from assomem_gpu.signals.temporal import _ANCHORS, _DAY_NAMES, _EXPRESSIONS, _WORD
+
+    def rule(text):
+        words = set(_WORD.findall(text.lower()))
+        hit = [any(not cues.isdisjoint(words) and pattern.search(text) for pattern, cues, *_ in forms)
+               for forms in (_EXPRESSIONS, _ANCHORS)]
+        return RESOLVED if hit[0] else ANCHORED if hit[1] else NO_TIME
+
+    units = [u + s for u in ("day", "week", "weekend", "month", "year") for s in ("", "s")]
+    texts = [f"{w} {u}" for u in units for w in ("last 2", "past", "previous", "this", "current", "2", "a", "two")]
+    texts += [f"{n} {u} ago" for u in units for n in ("3", "a", "a few", "how many")]
+    texts += [f"last {d}" for d in _DAY_NAMES.split("|")] + [f"Last {d.title()}s" for d in _DAY_NAMES.split("|")]
+    texts += [f"this {p}" for p in ("morning", "afternoon", "evening", "is")] + ["yesterday", "Today!", "tonight"]
+    texts += ["We met last week.", "The other day", "the other thing, by day", "last night", "last time on monday",
+              "in 2019", "on 2023-03-05", "on 3/22", "1/2 cup", "3/4 of it", "March was cold", "mid-March", "in may",
+              "IN MAY", "you may want to", "for two weeks", "For A Week", "I just finished", "JUST FINISHED",
+              "recently", "Lately", "the 5th of June", "June 5", "1. marching band 2. in 1999", "in Marchville 2020",
+              "during 12 weeks", "nothing here", "12345 steps", "24/7"]
+    texts += [t.upper() for t in texts] + [t.title() for t in texts]
+    texts += [t.replace("s", "\u017f").replace("i", "\u0130") for t in texts]
+    texts += [t.replace("k", "\u212a") for t in texts] + [t + " \u2019" for t in texts]  # non-ASCII beside
+    for text in texts:
+        assert time_mark(text) == rule(text), text
+    assert {time_mark(t) for t in texts} == {NO_TIME, ANCHORED, RESOLVED}
+
+
 @pytest.mark.parametrize("window", [1, 2, 5])
 def test_context_is_the_cosine_to_the_sum_of_the_neighbouring_turns_of_the_same_session(window):
     from assomem_gpu.signals.context import context_norms, context_scores

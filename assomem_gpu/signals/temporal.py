@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -40,6 +41,7 @@ _DAYNUM = r"\d{1,2}(?:st|nd|rd|th)?"
 _ABSOLUTE = re.compile(rf"\b(?:(?:{_MONTHS})\s+{_DAYNUM}(?:,?\s+\d{{4}})?\b|(?:{_MONTHS}),?\s+\d{{4}}|{_DAYNUM}\s+"
                        rf"(?:of\s+)?(?:{_MONTHS})(?:,?\s+\d{{4}})?|(?:in|during|since|early|late|mid|until|before|after|"
                        rf"of)\s+(?:{_MONTHS})|\d{{4}}[/-]\d{{1,2}}[/-]\d{{1,2}}|(?:in|during)\s+\d{{4}})\b", re.I)
+_DAY_NAMES = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _LATEST = re.compile(r"\b(most recent(?:ly)?|latest|last time|currently|current|right now|these days|nowadays|"
                      r"at the moment|recently|lately|now)\b", re.I)
 _SINCE = re.compile(r"\b(since|ever since)\b", re.I)
@@ -150,17 +152,38 @@ def parse_constraint(question: str, date: float) -> TimeConstraint:
 # ``_ABSOLUTE``'s forms without a month name (most texts with digits name no month: the full pattern costs ~8 times
 # this one on them)
 _NUMERIC_DATE = re.compile(r"\b(?:\d{4}[/-]\d{1,2}[/-]\d{1,2}|(?:in|during)\s+\d{4})\b", re.I)
-# each expression with the words (or digits) it cannot match without: a text holding none of an expression's cues is
-# not searched for it (most texts hold none at all)
-_EXPRESSIONS = ((_PAST, frozenset({"last", "past", "previous"})), (_THIS, frozenset({"this", "current"})),
-                (_DAYWORD, frozenset({"yesterday", "today", "tonight", "this"})), (_WEEKDAY, frozenset({"last"})),
-                (_ABSOLUTE, frozenset(_MONTHS.split("|"))), (_NUMERIC_DATE, frozenset("0123456789")),
-                (_AGO, frozenset({"ago"})))
+_UNIT_WORDS = frozenset(u + s for u in ("day", "week", "month", "year") for s in ("", "s"))
+
+
+_Form = tuple[re.Pattern, frozenset[str], tuple[frozenset[str], ...], str, re.Pattern | None]
+
+
+def _form(pattern: re.Pattern, cues: Iterable[str], also: Sequence[Iterable[str]] = (), chars: str = "") -> _Form:
+    """A time expression for ``_found``: its pattern, the words (or digits) it cannot match without (``cues``: a
+    text holding none of them is not searched for it, and most texts hold none at all), and for an ASCII text more
+    such sets (``also``: a word of each) and ``chars`` (one of them); with the pattern without IGNORECASE where it
+    has it and no upper-case letter of its own, which finds in a lower-cased ASCII text what the pattern finds in the
+    text. (The time marks of LongMemEval_S dev's and MeetingQA's 157,581 turns and questions, 40,000 of them also
+    upper- or title-cased: 28.7 s with the cues alone and every pattern as given, 16.1 s so; the same marks.) The
+    sets are kept by hand beside their patterns: a word a pattern gains must join them (``tests/test_signals.py``
+    puts each of their words in a form it completes)."""
+    bare = re.sub(r"\\.", "", pattern.pattern)  # (escapes such as \D are no letters)
+    folded = re.compile(pattern.pattern, pattern.flags & ~re.I) \
+        if pattern.flags & re.I and not re.search("[A-Z]", bare) else None
+    return pattern, frozenset(cues), tuple(frozenset(a) for a in also), chars, folded
+
+
+_EXPRESSIONS = (_form(_PAST, {"last", "past", "previous"}, [_UNIT_WORDS | {"weekend", "weekends"}]),
+                _form(_THIS, {"this", "current"}, [{"week", "weekend", "month", "year"}]),
+                _form(_DAYWORD, {"yesterday", "today", "tonight", "this"},
+                      [{"yesterday", "today", "tonight", "morning", "afternoon", "evening"}]),
+                _form(_WEEKDAY, {"last"}, [_DAY_NAMES.split("|")]),
+                _form(_ABSOLUTE, _MONTHS.split("|")), _form(_NUMERIC_DATE, "0123456789"),
+                _form(_AGO, {"ago"}, [_UNIT_WORDS]))
 _WORD = re.compile(r"[a-z]+|[0-9]")
 
 
 _MONTH_NAMES = "January|February|March|April|June|July|August|September|October|November|December"  # "May": a verb
-_DAY_NAMES = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _PAST_VERBS = ("got|began|bought|made|did|went|saw|met|took|came|had|won|ran|read|sold|left|found|gave|wrote|built|"
                "spent|heard|paid|lost|caught|hit|became|ate|drove|flew|grew|wore|swam|sang|threw|felt|kept|sent|set|"
                "put|told|learnt|agreed")
@@ -172,40 +195,60 @@ _SPAN = rf"(?:\d+|{_COUNTS}|{_NUMBER_WORDS}|(?:for|in|about|over|within|after|al
 # a duration or offset, a day word, or an event just reported ("I just finished"; "-eed" words such as "need" are no
 # past tense)
 _ANCHORS = (
-    (re.compile(r"\b(?:(?:1[0-2]|0?[1-9])/(?:3[01]|[12]\d|0?[1-9])\b(?!\s*(?:cups?|tsp|tbsp|teaspoons?|tablespoons?|"
-                r"inch|inches|oz|ounces?|pounds?|lbs?|miles?|of)\b)|(?:3[01]|[12]\d)/(?:1[0-2]|0?[1-9])/\d{2,4}\b)"),
-     frozenset("0123456789")),
-    (re.compile(rf"\b(?:{_MONTH_NAMES})\b|(?i:\b(?:{_DAY_NAMES})s?\b|\b(?:mid|early|late)-(?:{_MONTHS})\b)"),
-     frozenset(_MONTH_NAMES.lower().split("|") + _DAY_NAMES.split("|") + [d + "s" for d in _DAY_NAMES.split("|")]
-               + ["mid", "early", "late"])),
-    (re.compile(rf"\b{_SPAN}\s+(?:{_DURATION_UNITS})s?\b", re.I),
-     frozenset(_DURATION_UNITS.split("|") + [u + "s" for u in _DURATION_UNITS.split("|")])),
-    (re.compile(r"\b(?:last night|the other day|lately|recently)\b", re.I),  # ("yesterday" and the like resolve)
-     frozenset({"night", "other", "lately", "recently"})),
-    (re.compile(rf"\b(?:just|finally)\s+(?:\w+(?<!e)ed|{_PAST_VERBS})\b", re.I), frozenset({"just", "finally"})),
+    _form(re.compile(r"\b(?:(?:1[0-2]|0?[1-9])/(?:3[01]|[12]\d|0?[1-9])\b(?!\s*(?:cups?|tsp|tbsp|teaspoons?|"
+                     r"tablespoons?|inch|inches|oz|ounces?|pounds?|lbs?|miles?|of)\b)|"
+                     r"(?:3[01]|[12]\d)/(?:1[0-2]|0?[1-9])/\d{2,4}\b)"), "0123456789", chars="/"),
+    _form(re.compile(rf"\b(?:{_MONTH_NAMES})\b|(?i:\b(?:{_DAY_NAMES})s?\b|\b(?:mid|early|late)-(?:{_MONTHS})\b)"),
+          _MONTH_NAMES.lower().split("|") + _DAY_NAMES.split("|") + [d + "s" for d in _DAY_NAMES.split("|")]
+          + ["mid", "early", "late"]),
+    _form(re.compile(rf"\b{_SPAN}\s+(?:{_DURATION_UNITS})s?\b", re.I),
+          _DURATION_UNITS.split("|") + [u + "s" for u in _DURATION_UNITS.split("|")]),
+    # ("yesterday" and the like resolve)
+    _form(re.compile(r"\b(?:last night|the other day|lately|recently)\b", re.I),
+          {"night", "other", "lately", "recently"}, [{"last", "day", "lately", "recently"}]),
+    _form(re.compile(rf"\b(?:just|finally)\s+(?:\w+(?<!e)ed|{_PAST_VERBS})\b", re.I), {"just", "finally"}),
 )
 NO_TIME, ANCHORED, RESOLVED = 0, 1, 2  # the time marks (see ``time_mark``)
 TIME_MARKS_VERSION = 2  # of the rules above: a snapshot's marks of another version are made again from its texts
 
 
-def _found(forms, words: set[str], text: str) -> bool:
-    """Does ``text`` (whose lower-case words are ``words``) hold one of ``forms`` ((pattern, cue words) pairs)? A
-    form is searched for only where one of its cue words is there."""
-    return any(not cues.isdisjoint(words) and p.search(text) is not None for p, cues in forms)
+def _found(forms: Sequence[_Form], words: set[str], text: str, low: str | None) -> bool:
+    """Does ``text`` (whose lower-case words are ``words``) hold one of ``forms`` (``_form``)? ``low``: the text
+    lower-cased where it is ASCII, else None. A form is searched for only where the text holds its cues."""
+    for pattern, cues, also, chars, folded in forms:
+        if cues.isdisjoint(words):
+            continue
+        if low is not None:
+            if any(a.isdisjoint(words) for a in also) or (chars and not any(c in text for c in chars)):
+                continue
+            if folded is not None:
+                if folded.search(low) is not None:
+                    return True
+                continue
+        if pattern.search(text) is not None:
+            return True
+    return False
+
+
+def _read(text: str) -> tuple[set[str], str | None]:
+    """``_found``'s words and lower-cased ASCII text of ``text``."""
+    low = text.lower()
+    return set(_WORD.findall(low)), low if text.isascii() else None
 
 
 def mentions_time(text: str) -> bool:
     """Does the text hold any expression ``windows`` could resolve?"""
-    return _found(_EXPRESSIONS, set(_WORD.findall(text.lower())), text)
+    words, low = _read(text)
+    return _found(_EXPRESSIONS, words, text, low)
 
 
 def time_mark(text: str) -> int:
     """``RESOLVED`` (2) when the text holds an expression ``windows`` resolves, ``ANCHORED`` (1) when it anchors an
     event in time less precisely (``_ANCHORS``), else ``NO_TIME`` (0)."""
-    words = set(_WORD.findall(text.lower()))
-    if _found(_EXPRESSIONS, words, text):
+    words, low = _read(text)
+    if _found(_EXPRESSIONS, words, text, low):
         return RESOLVED
-    return ANCHORED if _found(_ANCHORS, words, text) else NO_TIME
+    return ANCHORED if _found(_ANCHORS, words, text, low) else NO_TIME
 
 
 def temporal_scores(constraint: TimeConstraint, when: np.ndarray, owners: np.ndarray,
