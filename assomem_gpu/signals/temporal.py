@@ -203,7 +203,7 @@ _ANCHORS = (
           + ["mid", "early", "late"]),
     _form(re.compile(rf"\b{_SPAN}\s+(?:{_DURATION_UNITS})s?\b", re.I),
           _DURATION_UNITS.split("|") + [u + "s" for u in _DURATION_UNITS.split("|")]),
-    # ("yesterday" and the like resolve)
+    # (not "yesterday" and the like: ``_DAYWORD`` resolves them)
     _form(re.compile(r"\b(?:last night|the other day|lately|recently)\b", re.I),
           {"night", "other", "lately", "recently"}, [{"last", "day", "lately", "recently"}]),
     _form(re.compile(rf"\b(?:just|finally)\s+(?:\w+(?<!e)ed|{_PAST_VERBS})\b", re.I), {"just", "finally"}),
