@@ -85,16 +85,14 @@ def memory_features(method: AssoMem, data: EmbeddedDataset, group: Sequence[int]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli_options import add_assomem_options, add_cluster_option
+    from .cli_options import add_assomem_options, add_cluster_option, add_dataset_options
     from .encode import DEFAULT_MODEL, ENCODER_HELP, add_prompt_options
 
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.calibrate", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", required=True, help="<format>:<path> of the labelled calibration data")
+    add_dataset_options(p, "calibrate on a seeded sample of this many questions",
+                        "<format>:<path> of the labelled calibration data")
     p.add_argument("--output", required=True, help="weights file to write (JSON)")
-    p.add_argument("--limit", type=int, help="calibrate on a seeded sample of this many questions")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--haystack-sessions", type=int, help="grow LongMemEval haystacks to this many sessions")
     p.add_argument("--encoder", default=DEFAULT_MODEL, help=ENCODER_HELP)
     add_prompt_options(p)
     p.add_argument("--quiet", action="store_true")
@@ -107,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _calibrate(args: argparse.Namespace, stack: ExitStack) -> int:
     """``main`` after parsing; ``stack`` closes the Dask client (and its local cluster) on the way out."""
-    from .cli_options import config_from_options
-    from .data import load_dataset
+    from .cli_options import config_from_options, dataset_from_options
     from .encode import make_encoder, prompt_options
     from .fusion import save_weights
 
@@ -117,7 +114,7 @@ def _calibrate(args: argparse.Namespace, stack: ExitStack) -> int:
         if args.cluster:
             client = stack.enter_context(connect(args.cluster))
         config = config_from_options(args)
-        ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+        ds = dataset_from_options(args)
         encoder = make_encoder(args.encoder, prompts=prompt_options(args))
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,6 +1,6 @@
-"""Command-line options shared by ``eval``, ``calibrate``, ``answer`` and ``finetune``: the AssoMem retriever's, where
-the work runs, and the methods they configure; and the config options of a store's command lines (``serve``,
-``store``)."""
+"""Command-line options shared by ``eval``, ``eval.compare``, ``calibrate``, ``answer`` and ``finetune``: the data a
+command reads, the AssoMem retriever's, where the work runs, and the methods they configure; and the config options
+of a store's command lines (``serve``, ``store``)."""
 from __future__ import annotations
 
 import argparse
@@ -13,13 +13,38 @@ from pathlib import Path
 from .assomem import HYBRID_BASELINES, make_assomem
 from .backend import Backend
 from .config import CLUE_MODES, SIGNALS, AssoMemConfig
+from .data import load_dataset
 from .encode import Encoder
 from .fusion import fixed_weights, load_weights, restrict
 from .graph import CLUE_MERGES, GraphConfig
+from .memory import Dataset
 from .retrieve import METHODS, Method, make_method
 
 
 ALL_METHODS = [*METHODS, *HYBRID_BASELINES, "assomem"]
+
+
+DATASET_HELP = "<format>:<path>, format one of longmemeval, locomo, meetingqa, jsonl"
+
+
+def add_dataset_options(p: argparse.ArgumentParser, limit_help: str, dataset_help: str = DATASET_HELP) -> None:
+    """``--dataset``, ``--limit`` (``limit_help``), ``--seed`` and ``--haystack-sessions``: the split a command reads
+    (``dataset_from_options``)."""
+    p.add_argument("--dataset", required=True, help=dataset_help)
+    p.add_argument("--limit", type=int, help=limit_help)
+    p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions")
+    p.add_argument("--haystack-sessions", type=int, help="grow every LongMemEval haystack to this many sessions")
+
+
+def dataset_from_options(args: argparse.Namespace) -> Dataset:
+    """The split ``add_dataset_options``' options name."""
+    return load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+
+
+def dataset_record(args: argparse.Namespace) -> dict:
+    """``add_dataset_options``' options as a results file records them."""
+    return {"dataset": args.dataset, "haystack_sessions": args.haystack_sessions, "limit": args.limit,
+            "seed": args.seed}
 
 
 def add_cluster_option(p: argparse.ArgumentParser) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 from signal_variants import cross_validated, features, recall
 
 from assomem_gpu.backend import get_backend
+from assomem_gpu.cli_options import dataset_record
 
 
 def main() -> int:
@@ -56,9 +57,7 @@ def main() -> int:
     for name, value in figures.items():
         print(f"{name:28s} {value}")
     if own.output:
-        Path(own.output).write_text(json.dumps({"dataset": args.dataset, "haystack_sessions": args.haystack_sessions,
-                                                "limit": args.limit, "seed": args.seed, "figures": figures},
-                                               indent=1) + "\n")
+        Path(own.output).write_text(json.dumps({**dataset_record(args), "figures": figures}, indent=1) + "\n")
     return 0
 
 

@@ -19,8 +19,7 @@ import numpy as np
 
 from assomem_gpu.backend import get_backend
 from assomem_gpu.calibrate import compute_features, folds_of
-from assomem_gpu.cli_options import build_methods
-from assomem_gpu.data import load_dataset
+from assomem_gpu.cli_options import build_methods, dataset_from_options, dataset_record
 from assomem_gpu.encode import make_encoder
 from assomem_gpu.eval.__main__ import parse_args
 from assomem_gpu.metrics import mean_by_type, utterance_metrics
@@ -114,7 +113,7 @@ def features(options: list[str]):
     """(eval options, embedded dataset, the assomem method, every question's features, the CLI's folds) for the
     eval CLI's ``options`` (``--dataset`` ...)."""
     args = parse_args(["--method", "assomem", "--quiet", *options])
-    ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+    ds = dataset_from_options(args)
     encoder = make_encoder(args.encoder)
     encoder.progress = False
     data = EmbeddedDataset.build(ds, encoder)
@@ -144,9 +143,7 @@ def report(figures: dict[str, dict[str, float]], args, output: str | None) -> No
     for name, row in figures.items():
         print(f"{name:45s} " + "  ".join(f"{k} {v:6.2f}" for k, v in row.items()))
     if output:
-        Path(output).write_text(json.dumps({"dataset": args.dataset, "haystack_sessions": args.haystack_sessions,
-                                            "limit": args.limit, "seed": args.seed, "figures": figures},
-                                           indent=1) + "\n")
+        Path(output).write_text(json.dumps({**dataset_record(args), "figures": figures}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

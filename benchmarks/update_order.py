@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from assomem_gpu.data import load_dataset
+from assomem_gpu.cli_options import add_dataset_options, dataset_from_options, dataset_record
 from assomem_gpu.eval.runner import read_rankings
 from assomem_gpu.memory import Dataset
 from assomem_gpu.signals.temporal import parse_constraint
@@ -111,15 +111,13 @@ def cosines(ds: Dataset, rankings: list[np.ndarray], pairs: list[Update], k: int
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("exports", nargs="+", help="ranking exports (python -m assomem_gpu.eval --rankings)")
-    p.add_argument("--dataset", required=True, help="<format>:<path>, as the exports were made with")
-    p.add_argument("--limit", type=int, help="the seeded sample of this many questions the exports were made for")
-    p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions, as the exports' eval")
-    p.add_argument("--haystack-sessions", type=int, help="LongMemEval haystacks grown to this many sessions")
+    add_dataset_options(p, "the seeded sample of this many questions the exports were made for",
+                        "<format>:<path>, as the exports were made with (and the options below)")
     p.add_argument("--k", type=int, default=10, help="the top read (default 10)")
     p.add_argument("--cosines", action="store_true", help="also the cosine spreads (bundled encoder, its cache)")
     p.add_argument("--output", help="JSON file for the figures")
     args = p.parse_args(argv)
-    ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+    ds = dataset_from_options(args)
     pairs = updates(ds)
     names = [Path(path).name for path in args.exports]  # the figures' keys
     if len(set(names)) < len(names):
@@ -127,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     rankings = [read_rankings(path, ds) for path in args.exports]
     seen = {name: outcomes(r, pairs, args.k) for name, r in zip(names, rankings)}
     first = seen[names[0]]
-    out = {"dataset": args.dataset, "haystack_sessions": args.haystack_sessions, "limit": args.limit, "seed": args.seed,
-           "k": args.k, "order": {name: {**order(o, pairs), "questions_differing_from_first": sum(
-               a != b for a, b in zip(o, first))} for name, o in seen.items()}}
+    out = {**dataset_record(args), "k": args.k,
+           "order": {name: {**order(o, pairs), "questions_differing_from_first": sum(a != b for a, b in zip(o, first))}
+                     for name, o in seen.items()}}
     if args.cosines:
         out["cosines"] = cosines(ds, rankings[0], pairs, args.k)
     print(json.dumps(out, indent=1))

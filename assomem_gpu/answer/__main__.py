@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cli_options import check_writable
-from ..data import load_dataset
+from ..cli_options import add_dataset_options, check_writable, dataset_from_options
 from ..eval.plots import recall_curve
 from ..llm import LLM, ResponseCache, cached_chat, make_llm
 from ..memory import Dataset
@@ -31,16 +30,13 @@ CURVE_KS = tuple(range(1, 11))
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.answer", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", required=True, help="<format>:<path>, format one of longmemeval, locomo, meetingqa, jsonl")
+    add_dataset_options(p, "answer a seeded random sample of this many questions")
     p.add_argument("--k", type=int, default=6, help="retrieved utterances shown to the LLM")
     p.add_argument("--curve", action="store_true", help=f"also answer at every k in {CURVE_KS[0]}..{CURVE_KS[-1]}")
     p.add_argument("--llm", dest="answer_llm", default="smollm2",
                    help="answering LLM: smollm2, hf:<model>[::<gguf>], hf:<file.gguf>, openai:<url>#<model>")
     p.add_argument("--judge", help="judging LLM (same forms as --llm; 'same': the answering one); without it, no judge")
     p.add_argument("--max-new-tokens", type=int, default=ANSWER_TOKENS, help="token limit of an answer")
-    p.add_argument("--limit", type=int, help="answer a seeded random sample of this many questions")
-    p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions")
-    p.add_argument("--haystack-sessions", type=int, help="grow every LongMemEval haystack to this many sessions")
     p.add_argument("--questions", help="answer only the held-out questions of this split.json "
                                        "(python -m assomem_gpu.finetune writes it)")
     p.add_argument("--output", required=True,
@@ -66,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in [args.output, args.report]:
             if path:
                 check_writable(Path(path))
-        ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+        ds = dataset_from_options(args)
         if args.questions:
             ds = heldout_only(ds, args.questions)
         if not ds.questions:

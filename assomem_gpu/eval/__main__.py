@@ -9,10 +9,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from ..backend import get_backend
-from ..cli_options import (ALL_METHODS, add_assomem_options, add_cluster_option, build_methods, check_writable,
-                           fit_folds)
+from ..cli_options import (ALL_METHODS, add_assomem_options, add_cluster_option, add_dataset_options, build_methods,
+                           check_writable, dataset_from_options, dataset_record, fit_folds)
 from ..cluster import Workers, connect, worker_peak_rss_mb
-from ..data import load_dataset
 from ..encode import DEFAULT_MODEL, ENCODER_HELP, add_prompt_options, make_encoder, prompt_options
 from ..retrieve import EmbeddedDataset
 from ..rss import peak_rss_mb
@@ -24,12 +23,9 @@ from .runner import evaluate, write_rankings
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.eval", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", required=True, help="<format>:<path>, format one of longmemeval, locomo, meetingqa, jsonl")
+    add_dataset_options(p, "evaluate a seeded random sample of this many questions")
     p.add_argument("--method", default="flat-dense", help=f"one or more of {', '.join(ALL_METHODS)}, comma-separated")
     p.add_argument("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="cut-offs for the metrics")
-    p.add_argument("--limit", type=int, help="evaluate a seeded random sample of this many questions")
-    p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions")
-    p.add_argument("--haystack-sessions", type=int, help="grow every LongMemEval haystack to this many sessions")
     p.add_argument("--rankings", help="write the rankings here as JSON Lines (with several methods: one file each, "
                                       "NAME.<method>.jsonl)")
     p.add_argument("--depth", type=int, default=100, help="ranking length kept and exported (at least 50)")
@@ -74,7 +70,7 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
         outputs = [rankings_path(args.rankings, m, len(args.methods)) for m in args.methods] if args.rankings else []
         for path in outputs + ([Path(args.output)] if args.output else []):
             check_writable(path)
-        ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+        ds = dataset_from_options(args)
         if not ds.questions:
             raise ValueError(f"{args.dataset}: the dataset holds no questions")
         encoder = make_encoder(args.encoder, prompts=prompt_options(args))
@@ -110,10 +106,10 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
             written.append(rankings_path(args.rankings, r.method, len(results)))
             write_rankings(written[-1], data, r.rankings)
     report = {
-        "dataset": args.dataset, "n_questions": len(ds.questions),
+        **dataset_record(args), "n_questions": len(ds.questions),
         "n_evaluated": sum(len(q.evidence) > 0 for q in ds.questions),
         "sessions": ds.bank.n_sessions, "utterances": ds.bank.n_utterances,
-        "haystack_sessions": args.haystack_sessions, "limit": args.limit, "seed": args.seed, "ks": args.k,
+        "ks": args.k,
         "encoder": encoder.name, "encoded_texts": encoder.encoded, "device": args.device,
         "engine": backend.describe(),
         "timing": {"load_s": round(load_s, 3), "encode_s": round(encode_s, 3),

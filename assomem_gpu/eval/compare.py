@@ -26,8 +26,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..cli_options import check_writable
-from ..data import load_dataset
+from ..cli_options import add_dataset_options, check_writable, dataset_from_options, dataset_record
 from ..memory import Dataset
 from ..metrics import DEFAULT_KS, utterance_metrics
 from .runner import read_rankings
@@ -110,10 +109,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("a", help="ranking export A (python -m assomem_gpu.eval --rankings)")
     p.add_argument("b", help="ranking export B, compared with A (B - A)")
-    p.add_argument("--dataset", required=True, help="<format>:<path>, as the exports were made with")
-    p.add_argument("--limit", type=int, help="the seeded sample of this many questions the exports were made for")
-    p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions, as the exports' eval")
-    p.add_argument("--haystack-sessions", type=int, help="LongMemEval haystacks grown to this many sessions")
+    add_dataset_options(p, "the seeded sample of this many questions the exports were made for",
+                        "<format>:<path>, as the exports were made with (and the options below)")
     p.add_argument("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="cut-offs of R@k")
     p.add_argument("--resamples", type=int, default=RESAMPLES, help="bootstrap resamples")
     p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap's resamples")
@@ -129,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.output:
             check_writable(Path(args.output))
-        ds = load_dataset(args.dataset, haystack_sessions=args.haystack_sessions, limit=args.limit, seed=args.seed)
+        ds = dataset_from_options(args)
         result = compare(ds, read_rankings(args.a, ds), read_rankings(args.b, ds), args.k, args.resamples,
                          args.bootstrap_seed)
     except (ValueError, OSError) as exc:
@@ -137,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _print(result, args)
     if args.output:
-        report = {"dataset": args.dataset, "haystack_sessions": args.haystack_sessions, "limit": args.limit,
-                  "seed": args.seed, "a": args.a, "b": args.b, "ks": args.k, "resamples": args.resamples,
+        report = {**dataset_record(args), "a": args.a, "b": args.b, "ks": args.k, "resamples": args.resamples,
                   "bootstrap_seed": args.bootstrap_seed,
                   "groups": {g: {m: asdict(x) for m, x in ms.items()} for g, ms in result.items()}}
         Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
