@@ -25,13 +25,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# what an assistant does with words, in the past tense ("you recommended") and as "did you" asks it ("did you say")
-_DONE = ("told|said|mentioned|suggested|recommended|wrote|gave|listed|provided|shared|explained|described|proposed|"
-         "came up with|created|named|offered|advised|pointed out|noted|included|covered|discussed|talked about|"
-         "showed|sent|composed|generated|calculated|answered|made")
-_DO = ("say|tell|mention|suggest|recommend|write|give|list|provide|share|explain|describe|propose|come up with|"
-       "create|name|offer|advise|point out|note|include|cover|discuss|talk about|show|send|compose|generate|"
-       "calculate|answer|make")
+# what an assistant does with words, as "did you" asks it ("did you say") and in the past tense ("you recommended")
+_SAYS = {"say": "said", "tell": "told", "mention": "mentioned", "suggest": "suggested", "recommend": "recommended",
+         "write": "wrote", "give": "gave", "list": "listed", "provide": "provided", "share": "shared",
+         "explain": "explained", "describe": "described", "propose": "proposed", "come up with": "came up with",
+         "create": "created", "name": "named", "offer": "offered", "advise": "advised", "point out": "pointed out",
+         "note": "noted", "include": "included", "cover": "covered", "discuss": "discussed",
+         "talk about": "talked about", "show": "showed", "send": "sent", "compose": "composed",
+         "generate": "generated", "calculate": "calculated", "answer": "answered", "make": "made"}
+_DO, _DONE = "|".join(_SAYS), "|".join(_SAYS.values())
 _SAYING = "told|said|mentioned|shared|explained|described|noted|discussed|talked about|wrote"  # what "I" says
 _HAVE = r"(?:['’]ve| have| had|['’]d)?\s+(?:\w+ly\s+|just\s+|also\s+|once\s+)?"  # "you've just", "you had once"
 _YOU_SAID = re.compile(rf"\byou{_HAVE}(?:{_DONE})\b|\bdid(?:n['’]t| not)? you\s+(?:\w+ly\s+)?(?:{_DO})\b", re.I)
