@@ -442,6 +442,18 @@ def _iso_date(ts: float) -> str:
 
 
 # ---- input checks -------------------------------------------------------------------------------------------------
+def session_records(sessions: Iterable[Session | Mapping]) -> list[dict]:
+    """Sessions checked as ``MemoryIndex.add_sessions`` checks them (``ValueError`` / ``TypeError`` naming the field),
+    dates optional (whether a memory needs them is its own to say), as plain JSON data: each date in POSIX seconds
+    (None when undated), each utterance with its id."""
+    out = []
+    for i, s in enumerate(_listed(sessions, "sessions")):
+        sid, when, turns, meta = _session(s, f"sessions[{i}]", dated=False)
+        out.append({"id": sid, "date": None if math.isnan(when) else when, "metadata": meta,
+                    "utterances": [{"id": u, "speaker": speaker, "text": text} for u, speaker, text in turns]})
+    return out
+
+
 def _listed(items, name: str) -> list:
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
         raise TypeError(f"{name}: expected a list, got {type(items).__name__}")
@@ -526,12 +538,14 @@ def _plain_json(meta: Mapping, where: str) -> dict:
             return all(isinstance(k, str) and keys_ok(v) for k, v in x.items())
         return all(keys_ok(v) for v in x) if isinstance(x, (list, tuple)) else True
 
-    if not keys_ok(meta):
-        raise ValueError(f"{where}: keys must be strings")
     try:
-        return json.loads(json.dumps(meta, allow_nan=False))
+        if keys_ok(meta):
+            return json.loads(json.dumps(meta, allow_nan=False))
+    except RecursionError:  # deeper than the interpreter's stack
+        raise ValueError(f"{where}: nested too deeply") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: must be JSON-serialisable ({exc})") from exc
+    raise ValueError(f"{where}: keys must be strings")
 
 
 def _no_duplicates(records) -> None:

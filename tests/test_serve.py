@@ -1,6 +1,7 @@
 """The memory service as users run it: a real server process on loopback over a real SQLite file, driven with httpx
 and the Python client. Auth, isolation, bad input (a 4xx naming the field, the store unchanged), limits, restart."""
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -165,6 +166,8 @@ def test_answers_are_bounded_and_a_failing_llm_is_a_503(tmp_path, llm_proxy):
         llm_proxy.mode = "down"
         down = httpx.post(f"{url}/v1/answer", **ask)
         assert down.status_code == 503 and down.json()["detail"].startswith("llm: LLM endpoint")
+        with MemoryClient(url, key) as memory, pytest.raises(RuntimeError, match="503: llm: LLM endpoint"):
+            memory.answer("What is my cat called?", max_new_tokens=8)  # the server could not: not bad input
         assert httpx.get(f"{url}/readyz").status_code == 200
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -193,6 +196,13 @@ def test_sessions_round_trip_and_deletes(server):
     assert c.session_ids(limit=100) == ["s0", "s1", "s3", "s4", "50% off"]
 
 
+def nested(depth: int) -> dict:
+    out: dict = {}
+    for _ in range(depth):
+        out = {"a": out}
+    return out
+
+
 BAD = [  # (what is sent, the field or limit the answer must name)
     ({"sessions": []}, "sessions"),
     ({"sessions": [{"id": "x", "date": "2024-01-01", "utterances": []}]}, "utterances"),
@@ -208,6 +218,9 @@ BAD = [  # (what is sent, the field or limit the answer must name)
     ({"sessions": [session("kept", "already here")]}, "already in the index"),
     ({"sessions": [{"id": "x", "date": "2024-01-01", "utterances": [{"text": "x" * 20_001}]}]}, "text"),
     ({"sessions": [{"id": "x", "date": "2024-01-01", "metadata": [1], "utterances": [{"text": "hi"}]}]}, "metadata"),
+    ({"sessions": [{"id": "x", "date": "2024-01-01", "metadata": nested(900), "utterances": [{"text": "hi"}]}]},
+     "metadata"),
+    ({"sessions": [{"id": "x", "date": True, "utterances": [{"text": "hi"}]}]}, "date"),
     ("not json at all", "json"),
 ]
 BAD_SEARCH = [
@@ -217,6 +230,8 @@ BAD_SEARCH = [
     ({"questions": ["a"], "k": 10**9}, "k"),
     ({"questions": ["a"], "k": 3, "sessions": ["no-such-session"]}, "sessions"),
     ({"questions": ["a"], "k": 3, "since": "the day after"}, "since"),
+    ({"questions": ["a"], "k": 3, "since": True}, "since"),
+    ({"questions": ["a"], "k": 3, "question_date": False}, "question_date"),
     ({"questions": ["a"], "k": 3, "filter": {"x": 1}}, "filter"),
     ({"questions": [7], "k": 3}, "questions"),
     ({"questions": ["x" * 20_001], "k": 3}, "questions"),
@@ -239,6 +254,14 @@ def test_bad_input_names_the_field_and_changes_nothing(server):
     big = {"sessions": [session(f"b{i}", "y" * 10_000) for i in range(30)]}  # about 600 KB: over the 0.25 MB limit
     r = httpx.post(f"{url}/v1/sessions", json=big, headers=headers)
     assert r.status_code == 413 and "limit" in r.text
+    chunks = (part.encode() for part in json.dumps(big).partition('"sessions"'))  # chunked: no declared length
+    r = httpx.post(f"{url}/v1/sessions", content=chunks, headers={**headers, "content-type": "application/json"})
+    assert r.status_code == 413 and "limit" in r.text, r.text
+    with MemoryClient(url, key) as client:  # the client checks sessions as MemoryIndex does, before any request
+        with pytest.raises(TypeError, match=r"sessions\[0\]: expected a Session or a mapping"):
+            client.add_sessions([42])
+        with pytest.raises(ValueError, match=r"sessions\[0\]\.utterances\[0\]\.text: empty"):
+            client.add_sessions([{"id": "y", "date": "2024-01-01", "utterances": [{"text": " "}]}])
     r = httpx.post(f"{url}/v1/sessions", content=b"\xff\xfe{not utf-8", headers={**headers,
                                                                                   "content-type": "application/json"})
     assert r.status_code == 422

@@ -188,6 +188,26 @@ def test_background_snapshots_follow_the_writes_and_a_delete_drops_them_before_i
         open_store(tmp_path, snapshot_every_s=0)
 
 
+def test_a_background_snapshot_that_fails_is_tried_again(tmp_path):
+    """A snapshot the disk refuses (full, say) is written in a later round; the thread goes on."""
+    with open_store(tmp_path, snapshot_every_s=0.05) as store:
+        save, failed = store._save, []
+
+        def full_once(tenant_id, index):
+            if not failed:
+                failed.append(tenant_id)
+                raise OSError(28, "No space left on device")
+            save(tenant_id, index)
+
+        store._save = full_once
+        store.create_tenant("t")
+        store.add_sessions("t", [session(f"s{i}", i) for i in range(3)])
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "snapshots" / "1-1.npz").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert failed == [1] and (tmp_path / "snapshots" / "1-1.npz").exists()
+
+
 def two_sentence_tenant(tmp_path, n: int) -> list:
     """A store with tenant "t" of ``n`` sessions whose first turns have two sentences; its hits."""
     with open_store(tmp_path) as store:
@@ -640,12 +660,60 @@ def test_keys_outlive_a_restart_and_die_with_their_tenant(tmp_path):
     with open_store(tmp_path) as store:
         store.create_tenant("a")
         key = store.issue_key("a")
-        assert store.tenant_of_key(key) == "a" and store.tenant_of_key(key + "x") is None
+        assert store.tenant_of_key(key).name == "a" and store.tenant_of_key(key + "x") is None
     with open_store(tmp_path) as store:  # read back from the file
-        assert store.tenant_of_key(key) == "a"
+        assert store.tenant_of_key(key).name == "a"
         store.delete_tenant("a")
         store.create_tenant("a")  # the same name again: the old key is not its key
         assert store.tenant_of_key(key) is None
         new = store.issue_key("a")
     with open_store(tmp_path) as store:
-        assert store.tenant_of_key(key) is None and store.tenant_of_key(new) == "a"
+        assert store.tenant_of_key(key) is None and store.tenant_of_key(new).name == "a"
+
+
+def test_a_key_held_across_a_delete_never_reaches_the_tenant_made_again_under_its_name(tmp_path):
+    """The service resolves a request's key before the request runs (a search may wait for its batch): the tenant
+    it names, by name and id, is refused once the name is deleted, even after a new tenant takes the name."""
+    from assomem_gpu.store import UnknownTenant
+
+    with open_store(tmp_path) as store:
+        store.create_tenant("ana")
+        store.add_sessions("ana", [session("s0", 0, "the first ana's diary")])
+        who = store.tenant_of_key(store.issue_key("ana"))
+        assert hits(store, who) == hits(store, "ana")
+        store.delete_tenant("ana")
+        store.create_tenant("ana")
+        store.add_sessions("ana", [session("s0", 3, "the second ana's secret zebra pin")])
+        for call in (lambda: store.search(who, ["zebra pin"], k=5), lambda: store.session_ids(who),
+                     lambda: store.get_session(who, "s0"), lambda: store.add_sessions(who, [session("s1", 1)]),
+                     lambda: store.remove_sessions(who, ["s0"]), lambda: store.stats(who)):
+            with pytest.raises(UnknownTenant):
+                call()
+        assert store.session_ids("ana") == ["s0"] and "zebra" in store.get_session("ana", "s0").utterances[0].text
+
+
+def test_a_search_that_loads_a_tenant_while_it_is_deleted_keeps_nothing_of_it(tmp_path):
+    """A search that loads the tenant's index after the delete began (and before its rows went) answers from it,
+    but the index is not kept in memory once the tenant is gone."""
+    import threading
+
+    with open_store(tmp_path) as store:
+        store.create_tenant("b")
+        store.add_sessions("b", [session("s0", 0, "my locker code is quetzalcoatl")])
+    with open_store(tmp_path, snapshot_every_s=None) as store:  # nothing loaded yet
+        dropping, searched = threading.Event(), threading.Event()
+        drop = store._drop_snapshots
+
+        def slow_drop(tenant_id, keep=None):  # the delete pauses between clearing what is loaded and the rows
+            dropping.set()
+            searched.wait(30)
+            drop(tenant_id, keep)
+
+        store._drop_snapshots = slow_drop
+        deleting = threading.Thread(target=store.delete_tenant, args=("b",))
+        deleting.start()
+        assert dropping.wait(30)
+        assert store.search("b", "locker code", k=1)[0].session_id == "s0"  # the rows are still there
+        searched.set()
+        deleting.join(30)
+        assert store.tenants() == [] and store.loaded() == 0

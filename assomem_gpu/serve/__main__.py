@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     app = create_app(store, args.admin_key, int(args.max_body_mb * 2**20), args.batch_wait_ms / 1000, args.llm,
                      args.max_answers, args.max_waiting)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")  # the app closes the store as it stops
+    # uvicorn's own lines say where it listens; no line per request. The app closes the store as it stops.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False)
     return 0
 
 

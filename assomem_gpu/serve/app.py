@@ -29,7 +29,7 @@ from pydantic_core import to_json
 
 from ..index import Hit
 from ..llm import make_llm
-from ..store import MemoryStore, UnknownTenant
+from ..store import MemoryStore, Tenant, UnknownTenant
 from .batching import Busy, SearchBatcher
 from .models import (MAX_BODY_BYTES, Added, AddSessions, AnswerOut, Ask, NewTenant, Search, SearchOut, SessionOut,
                      SessionPage, TenantKey)
@@ -44,10 +44,10 @@ def hit_out(hit: Hit) -> dict:
 
 
 class _LimitAndTime:
-    """ASGI middleware: a body declared over ``max_body_bytes`` gets 413 before it is read, and every HTTP request's
-    latency, to the end of its response, goes to ``latency`` by route, method and status. Plain ASGI rather than
-    Starlette's ``BaseHTTPMiddleware``, which runs each request in a task of its own with its body streamed through
-    queues."""
+    """ASGI middleware: a body declared over ``max_body_bytes`` gets 413 before it is read, one sent in chunks (no
+    declared length) as soon as what arrived passes the limit; and every HTTP request's latency, to the end of its
+    response, goes to ``latency`` by route, method and status. Plain ASGI rather than Starlette's
+    ``BaseHTTPMiddleware``, which runs each request in a task of its own with its body streamed through queues."""
 
     def __init__(self, app, max_body_bytes: int, latency: Histogram):
         self.app, self.max_body_bytes, self.latency = app, max_body_bytes, latency
@@ -68,11 +68,27 @@ class _LimitAndTime:
                 await JSONResponse({"detail": f"body: over the limit of {self.max_body_bytes} bytes"},
                                    status_code=413)(scope, receive, sending)
             else:
-                await self.app(scope, receive, sending)
+                await self.app(scope, self._limited(receive), sending)
         finally:
             route = scope.get("route")
             self.latency.labels(getattr(route, "path", "unmatched"), scope["method"],
                                 str(status[0])).observe(time.perf_counter() - start)
+
+    def _limited(self, receive):
+        """``receive`` that raises 413 once the body's parts passed the limit (FastAPI, reading the body, passes an
+        ``HTTPException`` on: its handler answers it)."""
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body_bytes:
+                    raise HTTPException(413, f"body: over the limit of {self.max_body_bytes} bytes")
+            return message
+
+        return limited
 
 
 def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BODY_BYTES,
@@ -123,11 +139,13 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
         return creds.credentials
 
     # the key checks are async: they run on the event loop (a lookup in memory), not in a worker thread each
-    async def tenant(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> str:
-        name = store.tenant_of_key(credentials(creds))
-        if name is None:
+    async def tenant(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Tenant:
+        """The key's tenant, by name and id: if the name is deleted (and made again) while the request waits, the
+        store refuses it (``UnknownTenant``, 404) rather than serve the new tenant's rows to the old key."""
+        who = store.tenant_of_key(credentials(creds))
+        if who is None:
             raise HTTPException(403, "authorization: not a tenant's key")
-        return name
+        return who
 
     async def admin(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
         if not hmac.compare_digest(credentials(creds).encode(), admin_key.encode()):
@@ -188,45 +206,45 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
 
     # ---- sessions and search (a tenant's key) --------------------------------------------------------------------
     @app.post("/v1/sessions", status_code=201, response_model=Added)
-    def add_sessions(body: AddSessions, name: str = Depends(tenant)) -> Added:
+    def add_sessions(body: AddSessions, who: Tenant = Depends(tenant)) -> Added:
         sessions = [s.model_dump() for s in body.sessions]
         try:
-            store.add_sessions(name, sessions)
+            store.add_sessions(who, sessions)
         except (ValueError, TypeError) as exc:
             raise bad_input(exc) from exc
         return Added(added=[s["id"] for s in sessions])
 
     @app.get("/v1/sessions", response_model=SessionPage)
     def list_sessions(offset: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=1000),
-                      name: str = Depends(tenant)) -> SessionPage:
-        return SessionPage(sessions=store.session_ids(name, offset, limit), offset=offset, limit=limit)
+                      who: Tenant = Depends(tenant)) -> SessionPage:
+        return SessionPage(sessions=store.session_ids(who, offset, limit), offset=offset, limit=limit)
 
     @app.get("/v1/sessions/{session_id:path}", response_model=SessionOut)  # (an id may hold "/")
-    def get_session(session_id: str, name: str = Depends(tenant)) -> SessionOut:
+    def get_session(session_id: str, who: Tenant = Depends(tenant)) -> SessionOut:
         try:
-            s = store.get_session(name, session_id)
+            s = store.get_session(who, session_id)
         except KeyError as exc:
             raise HTTPException(404, f"session {session_id!r} not found") from exc
         return SessionOut(id=s.id, date=None if math.isnan(s.date) else s.date, metadata=dict(s.metadata),
                           utterances=[{"id": u.id, "speaker": u.speaker, "text": u.text} for u in s.utterances])
 
     @app.delete("/v1/sessions/{session_id:path}", status_code=204)
-    def delete_session(session_id: str, name: str = Depends(tenant)) -> Response:
+    def delete_session(session_id: str, who: Tenant = Depends(tenant)) -> Response:
         try:
-            store.remove_sessions(name, [session_id])
+            store.remove_sessions(who, [session_id])
         except ValueError as exc:
             raise HTTPException(404, f"session {session_id!r} not found") from exc
         return Response(status_code=204)
 
     @app.post("/v1/search", response_model=SearchOut)
-    async def search(body: Search, name: str = Depends(tenant)) -> Response:
+    async def search(body: Search, who: Tenant = Depends(tenant)) -> Response:
         try:  # awaits its batch on the event loop; the batch's engine call runs in a worker thread
-            found = await batcher.search(name, body.questions, k=body.k, question_date=body.question_date,
+            found = await batcher.search(who, body.questions, k=body.k, question_date=body.question_date,
                                          sessions=body.sessions, since=body.since, until=body.until)
         except (ValueError, TypeError) as exc:
             raise bad_input(exc) from exc
         except KeyError as exc:  # the tenant was deleted while the search waited
-            raise HTTPException(404, f"tenant {name!r} not found") from exc
+            raise HTTPException(404, f"tenant {who.name!r} not found") from exc
         except Busy as exc:
             raise HTTPException(429, str(exc), {"Retry-After": "1"}) from exc
         # written as SearchOut's JSON without building its models (the engine made the hits; ~10 a question)
@@ -234,14 +252,14 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
                         media_type="application/json")
 
     @app.post("/v1/answer", response_model=AnswerOut)
-    def answer(body: Ask, name: str = Depends(tenant)) -> AnswerOut:
+    def answer(body: Ask, who: Tenant = Depends(tenant)) -> AnswerOut:
         if answerer is None:
             raise HTTPException(503, f"llm: {unavailable}")
         if not answer_slots.acquire(blocking=False):  # a generation holds a worker thread for seconds
             raise HTTPException(429, f"answers: {max_answers} in progress, the most at once; retry later",
                                 {"Retry-After": "1"})
         try:
-            found = store.answer(name, body.question, answerer, **body.model_dump(exclude={"question"}))
+            found = store.answer(who, body.question, answerer, **body.model_dump(exclude={"question"}))
         except (ValueError, TypeError) as exc:
             raise bad_input(exc) from exc
         except RuntimeError as exc:  # the LLM cannot be loaded, or its endpoint failed

@@ -17,6 +17,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from ..index import positive_k
+from ..store import Tenant
 
 
 class Busy(Exception):
@@ -50,10 +51,11 @@ class SearchBatcher:
         self.store, self.wait_s, self.max_questions, self.max_waiting = store, wait_s, max_questions, max_waiting
         self.requests = self.batches = self.waiting = 0
         self._groups: dict[tuple, list[_Request]] = {}
-        self._engine: dict[str, asyncio.Lock] = {}  # tenants with batches in flight: one at a time, the next gathers
+        self._engine: dict[str | Tenant, asyncio.Lock] = {}  # tenants with batches in flight: one at a time, the
+        # next gathers
         self._running: set[asyncio.Task] = set()  # batches in flight (the loop keeps only weak references)
 
-    async def search(self, tenant: str, questions: list[str], k: int, question_date: Any = None,
+    async def search(self, tenant: str | Tenant, questions: list[str], k: int, question_date: Any = None,
                      sessions: list[str] | None = None, since: Any = None, until: Any = None) -> list[list]:
         """``MemoryStore.search`` for a batch of questions, answered with whatever else arrives meanwhile. The batch
         runs in a task of its own: a request cancelled while it waits (its client gone) takes nobody's answer with
@@ -83,7 +85,7 @@ class SearchBatcher:
             raise request.error
         return request.hits
 
-    async def _batch(self, tenant: str, key: tuple, filters: dict) -> None:
+    async def _batch(self, tenant: str | Tenant, key: tuple, filters: dict) -> None:
         batch: list[_Request] = []
         try:
             if self.wait_s:
@@ -102,7 +104,7 @@ class SearchBatcher:
             if lock is not None and not lock.locked() and not any(k[0] == tenant for k in self._groups):
                 del self._engine[tenant]  # nothing of the tenant's in flight, so nothing of it is kept
 
-    def _answer(self, tenant: str, batch: list[_Request], filters: dict) -> int:
+    def _answer(self, tenant: str | Tenant, batch: list[_Request], filters: dict) -> int:
         """Answers ``batch`` (but the requests cancelled meanwhile) in engine calls of consecutive requests, up to
         ``max_questions`` questions each; returns how many calls it made."""
         chunks: list[list[_Request]] = []
@@ -116,7 +118,7 @@ class SearchBatcher:
             self._run(tenant, chunk, filters)
         return len(chunks)
 
-    def _run(self, tenant: str, batch: list[_Request], filters: dict) -> None:
+    def _run(self, tenant: str | Tenant, batch: list[_Request], filters: dict) -> None:
         try:
             hits = self.store.search(tenant, [q for r in batch for q in r.questions], k=max(r.k for r in batch),
                                      question_date=[r.question_date for r in batch for _ in r.questions], **filters)

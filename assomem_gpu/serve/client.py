@@ -1,7 +1,9 @@
 """A Python client of the memory service (httpx), with the in-process ``MemoryStore``'s verbs for one tenant.
 
-Errors come back as the in-process API raises them: 422/413 → ``ValueError`` (the server's message names the
-field or the limit), 404 → ``KeyError``, 401/403 → ``PermissionError``.
+Errors come back as the in-process API raises them: bad sessions raise before any request, as ``MemoryIndex``
+raises them (``ValueError`` / ``TypeError`` naming the field); 400/413/422 → ``ValueError`` (the server's message
+names the field or the limit), 404 → ``KeyError``, 401/403 → ``PermissionError``, and what the server could not do
+then (429: too busy; 503: no LLM for ``answer``; 5xx) → ``RuntimeError``.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ..index import Answer, Hit, Session, Utterance
+from ..index import Answer, Hit, Session, Utterance, session_records
 
 
 class MemoryClient:
@@ -35,7 +37,8 @@ class MemoryClient:
             return r.json() if r.content else None
         detail = r.json().get("detail", r.text) if r.headers.get("content-type", "").startswith("application/json") \
             else r.text
-        error = {404: KeyError, 401: PermissionError, 403: PermissionError}.get(r.status_code, ValueError)
+        error = {400: ValueError, 401: PermissionError, 403: PermissionError, 404: KeyError, 413: ValueError,
+                 422: ValueError}.get(r.status_code, RuntimeError)
         raise error(f"{r.status_code}: {detail}")
 
     # ---- admin ---------------------------------------------------------------------------------------------------
@@ -51,8 +54,7 @@ class MemoryClient:
 
     # ---- a tenant's memory ---------------------------------------------------------------------------------------
     def add_sessions(self, sessions: Iterable[Session | Mapping]) -> list[str]:
-        body = [_plain(s) for s in sessions]
-        return self._call("POST", "/v1/sessions", json={"sessions": body})["added"]
+        return self._call("POST", "/v1/sessions", json={"sessions": session_records(sessions)})["added"]
 
     def remove_sessions(self, session_ids: Iterable[str]) -> None:
         for sid in session_ids:
@@ -78,12 +80,3 @@ class MemoryClient:
         ``max_new_tokens``)."""
         out = self._call("POST", "/v1/answer", json={"question": question, "k": k, **options})
         return Answer(out["answer"], [Hit(**h) for h in out["hits"]], out["prompt"])
-
-
-def _plain(session: Session | Mapping) -> dict:
-    if isinstance(session, Mapping):
-        return dict(session)
-    utts = [{"text": u} if isinstance(u, str) else
-            dict(u) if isinstance(u, Mapping) else {"text": u.text, "speaker": u.speaker, "id": u.id}
-            for u in session.utterances]
-    return {"id": session.id, "date": session.date, "utterances": utts, "metadata": dict(session.metadata)}

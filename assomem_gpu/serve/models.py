@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictStr
 
 from ..prompts import ANSWER_TOKENS
 
@@ -19,6 +19,10 @@ MAX_ANSWER_TOKENS = 512
 MAX_ANSWER_QUESTION = 2_000  # characters: the question shares the LLM's context with k utterances
 
 
+When = StrictStr | StrictFloat | None  # a date: ISO 8601 text or POSIX seconds (an integer too), never a boolean
+# (which lax mode would take for 0 or 1)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -31,7 +35,7 @@ class UtteranceIn(Strict):
 
 class SessionIn(Strict):
     id: str = Field(min_length=1, max_length=256)
-    date: str | float | None = Field(None, description="ISO date/time, or POSIX seconds; required unless the "
+    date: When = Field(None, description="ISO date/time, or POSIX seconds; required unless the "
                                                        "server runs --undated")
     utterances: list[UtteranceIn] = Field(min_length=1, max_length=MAX_UTTERANCES)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -45,19 +49,19 @@ class Search(Strict):
     questions: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] = Field(min_length=1,
                                                                                      max_length=MAX_QUESTIONS)
     k: int = Field(10, ge=1, le=MAX_K, strict=True)
-    question_date: str | float | None = None
+    question_date: When = None
     sessions: list[str] | None = Field(None, description="only these session ids")
-    since: str | float | None = None
-    until: str | float | None = None
+    since: When = None
+    until: When = None
 
 
 class Ask(Strict):
     question: str = Field(min_length=1, max_length=MAX_ANSWER_QUESTION)
     k: int = Field(6, ge=1, le=MAX_ANSWER_K, strict=True, description="retrieved utterances the LLM is shown")
-    question_date: str | float | None = None
+    question_date: When = None
     sessions: list[str] | None = Field(None, description="only these session ids")
-    since: str | float | None = None
-    until: str | float | None = None
+    since: When = None
+    until: When = None
     max_new_tokens: int = Field(ANSWER_TOKENS, ge=1, le=MAX_ANSWER_TOKENS)
 
 
@@ -99,7 +103,7 @@ class UtteranceOut(BaseModel):
 
 class SessionOut(BaseModel):
     id: str
-    date: float | None
+    date: float | None = Field(description="POSIX seconds, as stored (an exact round trip); None when undated")
     utterances: list[UtteranceOut]
     metadata: dict[str, Any]
 

@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -36,6 +36,15 @@ from ..llm import LLM
 from ..sentences import SENTENCES_VERSION
 from ..snapshot import SnapshotError, sync_folder
 from .schema import StoreError, UnknownTenant, connect
+
+
+class Tenant(NamedTuple):
+    """A tenant as one of its API keys names it (``MemoryStore.tenant_of_key``): its name and its id. Every call that
+    takes a tenant takes a name or this; given this, it raises ``UnknownTenant`` once the name no longer has that id
+    (deleted, perhaps made again since: another tenant, whose rows the old key must not reach)."""
+
+    name: str
+    id: int
 
 
 class MemoryStore:
@@ -71,12 +80,15 @@ class MemoryStore:
         self._loaded: OrderedDict[str, tuple[int, MemoryIndex]] = OrderedDict()  # name -> (tenant id, index)
         self._writing: dict[str, threading.Lock] = {}
         self._behind: set[str] = set()  # loaded tenants whose newest snapshot is older than their last commit
+        self._deleted: set[int] = set()  # ids of the tenants deleted since the store opened: a load that ran across
+        # the delete does not keep its index (ids are never reused)
         self._check_encoder()
         self._check_sentence_rules()
         self._sweep()
         with self._db_lock:  # every key's digest -> its tenant: the store is the only writer of its directory
-            self._keys: dict[str, str] = dict(self._db.execute(
-                "SELECT k.hash, t.name FROM api_keys k JOIN tenants t ON t.id = k.tenant"))
+            self._keys: dict[str, Tenant] = {digest: Tenant(name, tenant_id) for digest, name, tenant_id in
+                                             self._db.execute("SELECT k.hash, t.name, t.id FROM api_keys k "
+                                                              "JOIN tenants t ON t.id = k.tenant")}
         self._loading: dict[str, threading.Lock] = {}  # per tenant: one load at a time, the others wait for it
         self._stop = threading.Event()
         self._snapshotter = self._preloader = None
@@ -88,7 +100,7 @@ class MemoryStore:
     # ---- tenants -------------------------------------------------------------------------------------------------
     def create_tenant(self, name: str) -> None:
         """A new, empty tenant. ``ValueError`` if the name is taken or not a non-empty string."""
-        _name(name)
+        _tenant_name(name)
         with self._db_lock:
             if self._db.execute("SELECT 1 FROM tenants WHERE name = ?", [name]).fetchone():
                 raise ValueError(f"tenant: {name!r} exists")
@@ -102,10 +114,10 @@ class MemoryStore:
             tenant_id = self._tenant_id(tenant)
             with self._db_lock:
                 self._db.execute("INSERT INTO api_keys VALUES (?, ?)", [_digest(key), tenant_id])
-                self._keys[_digest(key)] = tenant
+                self._keys[_digest(key)] = Tenant(_tenant_name(tenant), tenant_id)
         return key
 
-    def tenant_of_key(self, key: str) -> str | None:
+    def tenant_of_key(self, key: str) -> Tenant | None:
         """The tenant an API key belongs to, or None. Looked up in memory by the key's SHA-256 digest (microseconds,
         no database, no lock: the service checks a request's key on its event loop), so how long it takes tells
         nothing of the key."""
@@ -117,25 +129,29 @@ class MemoryStore:
         with self._db_lock:
             return [r[0] for r in self._db.execute("SELECT name FROM tenants ORDER BY id")]
 
-    def delete_tenant(self, name: str) -> None:
+    def delete_tenant(self, tenant: str | Tenant) -> None:
         """Delete the tenant and everything it holds, on disk and in memory."""
+        name = _tenant_name(tenant)
         with self._tenant(name):
-            tenant = self._tenant_id(name)
-            with self._lock:
-                self._loaded.pop(name, None)
+            tenant_id = self._tenant_id(tenant)
+            with self._lock:  # from here no load keeps the tenant's index (``_index``)
+                self._deleted.add(tenant_id)
+                if self._loaded.get(name, (None,))[0] == tenant_id:
+                    del self._loaded[name]
                 self._loading.pop(name, None)
                 self._behind.discard(name)
-            self._drop_snapshots(tenant)  # first: no snapshot outlives the rows it was made from
+            self._drop_snapshots(tenant_id)  # first: no snapshot outlives the rows it was made from
             with self._db_lock:
-                self._db.execute("DELETE FROM tenants WHERE id = ?", [tenant])
-                self._keys = {k: t for k, t in self._keys.items() if t != name}
+                self._db.execute("DELETE FROM tenants WHERE id = ?", [tenant_id])
+                self._keys = {k: t for k, t in self._keys.items() if t.id != tenant_id}
             self._checkpoint()
 
     # ---- writes --------------------------------------------------------------------------------------------------
-    def add_sessions(self, tenant: str, sessions: Iterable[Session | Mapping]) -> None:
+    def add_sessions(self, tenant: str | Tenant, sessions: Iterable[Session | Mapping]) -> None:
         """Add sessions to the tenant (as ``MemoryIndex.add_sessions``): durable and whole when this returns;
         bad input raises ``ValueError``/``TypeError`` naming the field and changes nothing."""
-        with self._tenant(tenant):
+        name = _tenant_name(tenant)
+        with self._tenant(name):
             tenant_id, index = self._index(tenant)
             committed: list[bool] = []
 
@@ -158,12 +174,13 @@ class MemoryStore:
                     self._db.execute("UPDATE tenants SET commits = commits + 1 WHERE id = ?", [tenant_id])
                 committed.append(True)
 
-            self._apply(tenant, committed, lambda: index.add_sessions(sessions, journal=commit))
-            self._mark_behind(tenant)
+            self._apply(name, committed, lambda: index.add_sessions(sessions, journal=commit))
+            self._mark_behind(name)
 
-    def remove_sessions(self, tenant: str, session_ids: Iterable[str]) -> None:
+    def remove_sessions(self, tenant: str | Tenant, session_ids: Iterable[str]) -> None:
         """Remove sessions from the tenant: their rows, vectors and snapshots leave every file of the store."""
-        with self._tenant(tenant):
+        name = _tenant_name(tenant)
+        with self._tenant(name):
             tenant_id, index = self._index(tenant)
             committed: list[bool] = []
 
@@ -175,26 +192,26 @@ class MemoryStore:
                     self._db.execute("UPDATE tenants SET commits = commits + 1 WHERE id = ?", [tenant_id])
                 committed.append(True)
 
-            self._apply(tenant, committed, lambda: index.remove_sessions(session_ids, journal=commit))
+            self._apply(name, committed, lambda: index.remove_sessions(session_ids, journal=commit))
             self._checkpoint()
-            self._mark_behind(tenant)
+            self._mark_behind(name)
 
     # ---- reads ---------------------------------------------------------------------------------------------------
-    def search(self, tenant: str, questions, **options) -> list:
+    def search(self, tenant: str | Tenant, questions, **options) -> list:
         """``MemoryIndex.search`` over the tenant's memory (``k``, ``question_date``, ``sessions``, ``since``,
         ``until``)."""
         return self._index(tenant)[1].search(questions, **options)
 
-    def answer(self, tenant: str, question: str, llm: str | LLM, **options) -> Answer:
+    def answer(self, tenant: str | Tenant, question: str, llm: str | LLM, **options) -> Answer:
         """``MemoryIndex.answer`` by ``llm`` over the tenant's memory (``k``, ``question_date``, ``sessions``,
         ``since``, ``until``, ``max_new_tokens``)."""
         return self._index(tenant)[1].answer(question, llm=llm, **options)
 
-    def get_session(self, tenant: str, session_id: str) -> Session:
+    def get_session(self, tenant: str | Tenant, session_id: str) -> Session:
         """The session as held; ``KeyError`` if the tenant holds none of that id."""
         return self._index(tenant)[1].get_session(session_id)
 
-    def session_ids(self, tenant: str, offset: int = 0, limit: int | None = None) -> list[str]:
+    def session_ids(self, tenant: str | Tenant, offset: int = 0, limit: int | None = None) -> list[str]:
         """The tenant's session ids in the order they were added, from ``offset``, at most ``limit``."""
         for name, value in (("offset", offset), ("limit", limit)):
             if value is not None and not (isinstance(value, int) and 0 <= value <= 2**62):
@@ -205,7 +222,7 @@ class MemoryStore:
                                                    "LIMIT ? OFFSET ?", [tenant_id, -1 if limit is None else limit,
                                                                         offset])]
 
-    def stats(self, tenant: str) -> dict:
+    def stats(self, tenant: str | Tenant) -> dict:
         """Sessions and utterances the tenant holds, and its writes committed."""
         tenant_id = self._tenant_id(tenant)
         with self._db_lock:
@@ -218,7 +235,7 @@ class MemoryStore:
         with self._lock:
             return len(self._loaded)
 
-    def index(self, tenant: str) -> MemoryIndex:
+    def index(self, tenant: str | Tenant) -> MemoryIndex:
         """The tenant's index (loaded or rebuilt if it is not in memory)."""
         return self._index(tenant)[1]
 
@@ -332,16 +349,19 @@ class MemoryStore:
                     self._db.execute("INSERT OR REPLACE INTO meta VALUES ('sentences_version', ?)",
                                      [str(SENTENCES_VERSION)])
 
-    def _tenant(self, name: str) -> threading.Lock:
-        _name(name)
+    def _tenant(self, tenant: str | Tenant) -> threading.Lock:
+        """The tenant's write lock (by name)."""
+        name = _tenant_name(tenant)
         with self._lock:
             return self._writing.setdefault(name, threading.Lock())
 
-    def _tenant_id(self, name: str) -> int:
-        _name(name)
+    def _tenant_id(self, tenant: str | Tenant) -> int:
+        """The id of the tenant of that name; ``UnknownTenant`` if there is none, or, for a ``Tenant``, if its name
+        now has another id."""
+        name = _tenant_name(tenant)
         with self._db_lock:
             found = self._db.execute("SELECT id FROM tenants WHERE name = ?", [name]).fetchone()
-        if found is None:
+        if found is None or isinstance(tenant, Tenant) and int(found[0]) != tenant.id:
             raise UnknownTenant(f"tenant {name!r}")
         return int(found[0])
 
@@ -373,8 +393,8 @@ class MemoryStore:
             found = self._db.execute("SELECT commits FROM tenants WHERE id = ?", [tenant_id]).fetchone()
         return None if found is None else int(found[0])
 
-    def _index(self, name: str) -> tuple[int, MemoryIndex]:
-        tenant_id = self._tenant_id(name)
+    def _index(self, tenant: str | Tenant) -> tuple[int, MemoryIndex]:
+        name, tenant_id = _tenant_name(tenant), self._tenant_id(tenant)
         with self._lock:
             held = self._held(name, tenant_id)
             if held is not None:
@@ -388,8 +408,8 @@ class MemoryStore:
                 index = self._load(tenant_id)
                 commits = self._commits(tenant_id)
                 with self._lock:
-                    if commits is None or self._loading.get(name) is not loading:  # deleted while it loaded: not kept
-                        return tenant_id, index
+                    if commits is None or tenant_id in self._deleted or self._loading.get(name) is not loading:
+                        return tenant_id, index  # deleted while it loaded: not kept
                     held, evicted = (tenant_id, index), self._keep(name, tenant_id, index, commits)
         with ExitStack() as locks:  # after the load: its waiters do not wait for other tenants' snapshots
             for *_, writing in evicted:
@@ -519,7 +539,10 @@ class MemoryStore:
                     with self._lock:
                         current = self._loaded.get(name, (None, None))[1] is index  # not deleted or evicted
                     if current:
-                        self._save(tenant_id, index)
+                        try:
+                            self._save(tenant_id, index)
+                        except OSError:  # (a full disk, say) tried again next round; the rows hold every write
+                            self._mark_behind(name)
 
     def _drop_snapshots(self, tenant_id: int, keep: Path | None = None) -> None:
         """Delete the tenant's snapshots (but ``keep``) and any left half-written, for good (the folder synced: a
@@ -549,9 +572,12 @@ def _digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def _name(name: Any) -> None:
+def _tenant_name(tenant: str | Tenant) -> str:
+    """A tenant's name, checked (``ValueError`` naming the field)."""
+    name = tenant.name if isinstance(tenant, Tenant) else tenant
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"tenant: must be a non-empty string, got {name!r}")
+    return name
 
 
 def _sentence_blobs(derived) -> list[bytes] | None:
