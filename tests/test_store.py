@@ -45,6 +45,11 @@ def rows_digest(path) -> str:
     return h.hexdigest()
 
 
+def files_holding(folder, text: bytes) -> list[str]:
+    """The files under ``folder`` that hold ``text``."""
+    return [p.name for p in folder.rglob("*") if p.is_file() and text in p.read_bytes()]
+
+
 def test_a_store_opened_with_another_config_replaces_the_snapshot(tmp_path):
     from dataclasses import replace
 
@@ -261,20 +266,33 @@ def test_deleted_sessions_and_tenants_leave_no_byte_in_any_file(tmp_path):
         store.add_sessions(tenant, [session(f"s{i}", i) for i in range(5)] + [session("secret", 7, secret)])
     store.close()  # snapshots hold the secret too
     store = open_store(tmp_path)
-
-    def files_holding(text: bytes) -> list[str]:
-        return [p.name for p in tmp_path.rglob("*") if p.is_file() and text in p.read_bytes()]
-
-    assert files_holding(secret.encode())  # it is there before
+    assert files_holding(tmp_path, secret.encode())  # it is there before
     store.remove_sessions("a", ["secret"])
     assert all(h.session_id != "secret" for q in store.search("a", [secret, "locker code"], k=20) for h in q)
     store.delete_tenant("b")
     assert store.tenants() == ["a"]
-    assert files_holding(secret.encode()) == [] and files_holding(b"quetzalcoatl") == []
+    assert files_holding(tmp_path, secret.encode()) == [] and files_holding(tmp_path, b"quetzalcoatl") == []
     with pytest.raises(KeyError):
         store.search("b", "locker")
     store.close()
-    assert files_holding(b"quetzalcoatl") == []
+    assert files_holding(tmp_path, b"quetzalcoatl") == []
+
+
+def test_a_delete_cut_short_before_its_checkpoint_leaves_no_byte_once_the_store_opens_again(tmp_path):
+    """A removal commits (the overwritten pages to the WAL), then moves the WAL into the file and truncates it; a
+    crash between the two leaves the deleted rows in the file until a checkpoint, which the next open makes."""
+    secret = b"quetzalcoatl-7731"
+    with open_store(tmp_path, snapshot_every_s=None) as store:
+        store.create_tenant("a")
+        store.add_sessions("a", [session("s0", 0), session("secret", 7, secret.decode())])
+    crashed = open_store(tmp_path, snapshot_every_s=None)
+    crashed._checkpoint = lambda: None  # as if the process died right after the delete committed
+    crashed.remove_sessions("a", ["secret"])
+    assert "store.sqlite" in files_holding(tmp_path, secret)
+    with open_store(tmp_path, snapshot_every_s=None) as store:
+        assert store.session_ids("a") == ["s0"]
+        assert files_holding(tmp_path, secret) == []
+    crashed._db.close()
 
 
 @pytest.mark.parametrize("write", ["add", "remove"])
