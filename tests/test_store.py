@@ -295,6 +295,26 @@ def test_a_delete_cut_short_before_its_checkpoint_leaves_no_byte_once_the_store_
     crashed._db.close()
 
 
+def test_a_removal_whose_index_fails_after_the_commit_still_leaves_no_byte(tmp_path):
+    """The rows are deleted and the WAL checkpointed even where the index fails after the commit; the index is
+    dropped and made again from the rows."""
+    secret = b"quetzalcoatl-7731"
+    with open_store(tmp_path, snapshot_every_s=None) as store:
+        store.create_tenant("a")
+        store.add_sessions("a", [session("s0", 0), session("secret", 7, secret.decode())])
+    with open_store(tmp_path, snapshot_every_s=None) as store:
+
+        def broken(sessions):
+            raise RuntimeError("the index failed")
+
+        store.index("a")._state.remove = broken
+        with pytest.raises(RuntimeError, match="the index failed"):
+            store.remove_sessions("a", ["secret"])
+        assert files_holding(tmp_path, secret) == []
+        assert store.session_ids("a") == ["s0"]
+        assert [h.session_id for h in store.search("a", secret.decode(), k=5)] == ["s0"] * 3
+
+
 @pytest.mark.parametrize("write", ["add", "remove"])
 def test_a_tenant_being_written_to_is_not_evicted_and_its_write_lands_where_searches_read(tmp_path, write):
     """With one index in memory, other tenants' loads while a write of "a" is under way (held at its encoding, or

@@ -193,8 +193,11 @@ class MemoryStore:
                     self._db.execute("UPDATE tenants SET commits = commits + 1 WHERE id = ?", [tenant_id])
                 committed.append(True)
 
-            self._apply(name, committed, lambda: index.remove_sessions(session_ids, journal=commit))
-            self._checkpoint()
+            try:
+                self._apply(name, committed, lambda: index.remove_sessions(session_ids, journal=commit))
+            finally:
+                if committed:  # the rows are gone, even where the index failed after: no copy stays in the WAL
+                    self._checkpoint()
             self._mark_behind(name)
 
     # ---- reads ---------------------------------------------------------------------------------------------------
