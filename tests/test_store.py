@@ -504,18 +504,19 @@ def test_every_acknowledged_write_survives_kill_9(tmp_path):
     for _ in range(int(os.environ.get("ASSOMEM_CRASH_ROUNDS", "6"))):
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), os.path.dirname(__file__), str(start)],
                                 stdout=subprocess.PIPE, text=True, env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"})
-        acknowledged = []
+        acknowledged, partial = [], ""
         deadline = time.monotonic() + rng.uniform(0.5, 2.5)
         os.set_blocking(proc.stdout.fileno(), False)
         while time.monotonic() < deadline or not acknowledged:
-            line = proc.stdout.readline()
-            if line:
-                acknowledged.append(line.split())
+            read = proc.stdout.readline()  # on a non-blocking pipe, perhaps part of a line: kept until its end
+            if read:
+                *lines, partial = (partial + read).split("\n")
+                acknowledged += [line.split() for line in lines]
             else:
                 time.sleep(0.01)
         proc.send_signal(signal.SIGKILL)
         os.set_blocking(proc.stdout.fileno(), True)
-        rest = proc.communicate()[0]
+        rest = partial + proc.communicate()[0]
         acknowledged += [line.split() for line in rest.splitlines() if line.strip()]
         for verb, sid in acknowledged:
             (present.add if verb == "added" else present.discard)(sid)
