@@ -132,7 +132,8 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
     for name in SIGNALS[1:]:  # every signal but relevance
         a.add_argument(f"--no-{name.replace('_', '-')}", action="store_true",
                        help=f"ablation: drop the {name.replace('_', ' ')} signal" + (
-                           " (and its BM25 pool; the lexical context still reads BM25: drop both for none)"
+                           " (and its BM25 pool; the lexical context and the reply still read BM25: drop all three for "
+                           "none)"
                            if name == "lexical" else ""))
     a.add_argument("--no-clues", action="store_true", help="ablation: no clue nodes; all utterances are candidates")
     a.add_argument("--no-sentences", action="store_true",

@@ -19,6 +19,7 @@ from .scoring import question_temporal
 from .sentences import sentence_texts
 from .signals.temporal import parse_constraint
 from .signals.lexical import BM25Index
+from .signals.reply import asks
 from .signals.user_relevance import asks_assistant
 
 
@@ -135,7 +136,7 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
     q_emb = data.questions[question]
     rel = data.utterances[utterances] @ q_emb
     bm25 = (_bm25(graphs, ds, q.memory, utterances).scores([q.text])[0]
-            if {"lexical", "lexical_context"} & set(cfg.signals) else None)  # every utterance's BM25 score
+            if {"lexical", "lexical_context", "reply"} & set(cfg.signals) else None)  # every utterance's BM25 score
     session = ds.bank.utt_session()[utterances]  # each utterance's session
     if cfg.clues and n_c:
         best = np.array([rel[utt_clue == c].max() for c in range(n_c)])
@@ -187,6 +188,9 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
                 col.append(_normalise(ctx) @ q_emb)
         elif name == "lexical_context":  # the BM25 score of the turn before each candidate in its session
             col = [bm25[i - 1] if i > 0 and session[i - 1] == session[i] else 0.0 for i in local]
+        elif name == "reply":  # the same where the turn before asks a question
+            asking = asks([ds.bank.utt_texts[u] for u in utterances])
+            col = [bm25[i - 1] if i > 0 and session[i - 1] == session[i] and asking[i - 1] else 0.0 for i in local]
         elif name == "session":  # the best relevance among the candidates of the candidate's session
             top: dict = {}
             for i in local:

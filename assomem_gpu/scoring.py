@@ -1,6 +1,6 @@
 """Signal scoring: a batch of questions against one memory's state, up to each question's candidates and their
-normalised signals (relevance, importance, temporal, lexical, context, session, lexical context, user relevance),
-padded to the batch's widest candidate list.
+normalised signals (relevance, importance, temporal, lexical, context, session, lexical context, user relevance,
+reply), padded to the batch's widest candidate list.
 
 Every stage runs on the backend's arrays (``backend.xp``: numpy, or CuPy on the device, where the memory's
 embeddings, graph and BM25 weights are uploaded once per index version), so a batch stays where it is scored; only
@@ -24,6 +24,7 @@ from .graph import MemoryGraph
 from .sentences import best_cosines
 from .signals.context import context_scores
 from .signals.lexical_context import lexical_context_scores
+from .signals.reply import reply_scores
 from .signals.session import session_scores
 from .signals.temporal import RESOLVED, TimeConstraint, parse_constraint, temporal_scores
 from .signals.user_relevance import asked_speaker, user_relevance_scores
@@ -235,8 +236,15 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
             starts = backend.resident(state, "sentence_starts", state.version, lambda: state.sentence_starts)
             held = backend.resident(state, "sentence_counts", state.version, lambda: state.sentence_counts)
             best = best_cosines(rel_at, q, at, valid, vectors, starts, held, backend)
-    own_bm25 = functools.cache(lambda: lexical(state, terms, at, backend))  # the candidates' BM25, for either
-    # lexical signal
+    own_bm25 = functools.cache(lambda: lexical(state, terms, at, backend))  # the candidates' BM25, for the lexical
+    # signals
+
+    @functools.cache
+    def before_bm25():  # the BM25 score of each candidate's turn before (the lexical context), for it and the reply
+        session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
+        return lexical_context_scores(lambda qb, rows: lexical_pairs(state, terms, qb, rows, b, backend), at,
+                                      session, xp, known=own_bm25())
+
     # whether the speaker each question asks about (the user, or the assistant) said each candidate
     mine = asked_speaker(backend.resident(state, "own", state.version, lambda: state.own)[at], queries.texts, xp) \
         if "user_relevance" in config.signals else None
@@ -258,10 +266,11 @@ def _score(state: MemoryState, queries: Queries, config: AssoMemConfig, backend:
                                                   known=rel_at)
         elif name == "lexical_context":
             with stage("lexical_context"):
-                session = backend.resident(state, "session_of", state.version, lambda: state.session_of)
-                signals[:, :, s] = lexical_context_scores(
-                    lambda qb, rows: lexical_pairs(state, terms, qb, rows, b, backend), at, session, xp,
-                    known=own_bm25())
+                signals[:, :, s] = before_bm25()
+        elif name == "reply":
+            with stage("reply"):
+                asking = backend.resident(state, "asks", state.version, lambda: state.asks)
+                signals[:, :, s] = reply_scores(before_bm25(), at, asking, xp)
         elif name == "session":
             with stage("session"):
                 session = backend.resident(state, "session_of", state.version, lambda: state.session_of)

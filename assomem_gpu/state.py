@@ -26,6 +26,7 @@ from .rows import Rows
 from .sentences import SENTENCES_VERSION, rows_of, sentence_texts, starts_of
 from .signals.context import context_norms
 from .signals.lexical import BM25Index, TermCounts
+from .signals.reply import asks
 from .signals.temporal import TIME_MARKS_VERSION, time_mark, windows
 from .signals.user_relevance import own_turns
 
@@ -69,7 +70,7 @@ class MemoryState:
         self.clue_emb = Rows((dim,))  # per session: its own clue, before merging
         self._full: MemoryGraph | None = None  # with clue nodes, whatever config.clues says
         self.graph: MemoryGraph | None = None  # what PPR and candidates read
-        self.lexical = BM25Index() if {"lexical", "lexical_context"} & set(config.signals) else None
+        self.lexical = BM25Index() if {"lexical", "lexical_context", "reply"} & set(config.signals) else None
         self.context = Rows(dtype=np.float32) if "context" in config.signals else None  # per utterance: its context
         # norm (signals/context.py)
         self._time_marks = Rows(dtype=np.int8)  # per utterance: its time mark (signals.temporal.time_mark)
@@ -80,6 +81,7 @@ class MemoryState:
         self._times = Rows(dtype=np.float64)  # per utterance: its session's date (NaN unknown)
         self._session_of = Rows(dtype=np.int64)  # per utterance: its session's row
         self._own = Rows(dtype=np.bool_)  # per utterance: whether the memory's user said it (config.user_speakers)
+        self._asks = Rows(dtype=np.bool_)  # per utterance: whether it asks a question (signals.reply.asks)
         self.version = 0  # counts the writes: device copies of the embeddings and BM25 weights are kept per version
 
     @property
@@ -106,6 +108,11 @@ class MemoryState:
     def own(self) -> np.ndarray:
         """Per utterance: whether one of ``config.user_speakers`` said it (bool; ``signals.user_relevance``)."""
         return self._own.view
+
+    @property
+    def asks(self) -> np.ndarray:
+        """Per utterance: whether it asks a question (bool; ``signals.reply``)."""
+        return self._asks.view
 
     @property
     def sentence_counts(self) -> np.ndarray:
@@ -179,6 +186,7 @@ class MemoryState:
         self._session_of.append(np.repeat(np.arange(first, first + len(sessions), dtype=np.int64), counts))
         self._own.append(own_turns([speaker for _, _, turns, _ in sessions for _, speaker, _ in turns],
                                    self.config.user_speakers))
+        self._asks.append(asks([text for _, _, turns, _ in sessions for _, _, text in turns]))
         self.emb.append(emb)
         self.clue_emb.append(derived.clue_emb)
         self._time_marks.append(derived.time_marks)
@@ -209,7 +217,7 @@ class MemoryState:
         self.metadata = list(compress(self.metadata, keep_s))
         self.emb.keep(keep_u)
         self.clue_emb.keep(keep_s)
-        for rows in (self._time_marks, self._times, self._session_of, self._own, self._sentence_counts):
+        for rows in (self._time_marks, self._times, self._session_of, self._own, self._asks, self._sentence_counts):
             rows.keep(keep_u)
         self.session_of[:] = (np.cumsum(keep_s) - 1)[self.session_of]
         self._mentions = list(compress(self._mentions, keep_u))
@@ -287,6 +295,7 @@ class MemoryState:
         state._times = Rows(dtype=np.float64, data=np.repeat(np.asarray(bank.session_dates, np.float64), counts))
         state._session_of = Rows(dtype=np.int64, data=bank.utt_session())
         state._own = Rows(dtype=np.bool_, data=own_turns(bank.utt_speakers, config.user_speakers))
+        state._asks = Rows(dtype=np.bool_, data=asks(bank.utt_texts))
         state._mentions = [None] * bank.n_utterances
         if state.lexical is not None:
             state.lexical = BM25Index.from_arrays(documents["bm25_vocabulary"], arrays)

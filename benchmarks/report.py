@@ -18,7 +18,7 @@ def table(prefix: str) -> str:
     entries = rows(RESULTS / f"{prefix}_methods.json")
     for ablation, label in (*((a, f"--{a}") for a in ("no-temporal", "no-importance", "no-lexical", "no-context",
                                                           "no-session", "no-lexical-context",
-                                                          "no-user-relevance", "no-clues",
+                                                          "no-user-relevance", "no-reply", "no-clues",
                                                           "fixed-weights", "no-sentences")),
                             ("no-lexical-pool", "--lexical-pool 0"), ("no-dense-pool", "--dense-pool 0"),
                             ("components", "--clue-merge components")):

@@ -23,7 +23,7 @@ for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
   run --dataset "$2" --method "$METHODS" --output "$OUT/$1_methods.json" --plot "$OUT/plots/$1" \
       --rankings "$RANKS/$1.jsonl"
   for ablation in no-temporal no-importance no-lexical no-context no-session no-lexical-context no-user-relevance \
-      no-clues fixed-weights no-sentences; do
+      no-reply no-clues fixed-weights no-sentences; do
     run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json" \
         --rankings "$RANKS/$1.$ablation.jsonl"
     compare "$1" assomem "$ablation" --dataset "$2"

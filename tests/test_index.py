@@ -670,6 +670,41 @@ def test_the_lexical_context_signal_is_the_bm25_score_of_a_candidates_turn_befor
     assert make_index(AssoMemConfig(signals=("relevance", "context")))._state.lexical is None  # no BM25 signal
 
 
+@pytest.mark.parametrize("signals", [SIGNALS, ("relevance", "reply")])
+def test_the_reply_signal_is_the_lexical_context_where_the_turn_before_asks(signals, tmp_path):
+    """The engine's reply signal equals ``BM25Index.scores`` of each candidate's turn before where that turn asks a
+    question (and is of the candidate's session), else 0, z-scored over the question's candidates; which turns ask
+    is kept through a removal and a save and load."""
+    from assomem_gpu.kernels.zscore import zscore_array
+    from assomem_gpu.scoring import Queries, score
+    from assomem_gpu.signals.reply import asks
+
+    config = AssoMemConfig(top_clues=1, min_candidates=0, dense_pool=4, signals=signals,
+                           graph=GraphConfig(delta=0.5, gamma=0.3))
+    index = make_index(config)
+    sessions = [dataclasses.replace(s, utterances=[Utterance(u.text + "?" * (t % 3 == 0), u.speaker)
+                                                   for t, u in enumerate(s.utterances)])
+                for s in random_sessions(0, 30)]
+    index.add_sessions(sessions)
+    index.remove_sessions([sessions[3].id])
+    assert np.array_equal(index._state.asks, asks(index._state.bank.utt_texts))
+    index.save(tmp_path / "m.npz")
+    index = MemoryIndex.load(tmp_path / "m.npz", encoder=HashingEncoder(), device="cpu")
+    state = index._state
+    assert np.array_equal(state.asks, asks(state.bank.utt_texts)) and state.asks.sum() > 10
+    texts = ["apple river guitar", "coffee last week", "chess sister bakery", "lisbon violin"]
+    queries = Queries(index.encoder.encode(texts), texts, np.full(len(texts), np.nan))
+    (scored,) = score(state, queries, index.config, index.backend)
+    bm25, session = state.lexical.scores(texts), state.session_of
+    valid = np.arange(scored.candidates.shape[1]) < scored.counts[:, None]
+    at = np.where(valid, scored.candidates, 0)
+    before = (at > 0) & (session[at - 1] == session[at]) & state.asks[at - 1]
+    want = np.where(before, np.take_along_axis(bm25, at - 1, axis=1), 0.0)
+    got = scored.signals[:, :, signals.index("reply")]
+    assert np.allclose(got, zscore_array(want[:, :, None], valid, np)[:, :, 0], atol=1e-5)
+    assert (np.abs(got) > 0).sum() > 10
+
+
 @pytest.mark.parametrize("probed", [False, True])
 def test_the_dense_top_of_the_memory_joins_the_clues_candidates(probed, monkeypatch):
     """``dense_pool`` N: a question's candidates are its top clue's utterances and its N most similar utterances

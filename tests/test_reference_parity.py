@@ -23,8 +23,9 @@ def random_memories(tmp_path, seed, n_questions=6):
     for q in range(n_questions):
         sessions = {}
         for s in range(rng.integers(4, 9)):
-            turns = [("user" if t % 2 == 0 else "assistant", " ".join(rng.choice(words, size=rng.integers(3, 9))),
-                      bool(s == 0 and t == 0)) for t in range(rng.integers(1, 7))]
+            turns = [("user" if t % 2 == 0 else "assistant", " ".join(rng.choice(words, size=rng.integers(3, 9)))
+                      + "?" * (t % 3 == 1), bool(s == 0 and t == 0)) for t in range(rng.integers(1, 7))]  # (some
+            # turns ask: the reply signal reads the turn after)
             sessions[f"{'answer_' if s == 0 else ''}m{seed}_{q}_{s}"] = turns
         dates = [f"2023/0{rng.integers(1, 9)}/{rng.integers(10, 28)} (Mon) 10:00" for _ in sessions]
         recall = "what did you say about " if q % 3 == 2 else ""  # (user relevance reads the assistant's turns)

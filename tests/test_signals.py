@@ -467,6 +467,30 @@ def test_a_question_that_recalls_what_the_assistant_said_asks_about_the_assistan
     assert flipped.tolist() == [[not asks, asks, not asks], [True, False, False]]
 
 
+def test_a_reply_gets_the_bm25_score_of_the_turn_before_only_where_that_turn_asks():
+    """The reply signal is the lexical context where the turn before holds a question mark (ASCII or full-width),
+    else 0: the answer to "who will own the test plan?" gets its words, the turn after a statement that holds them
+    does not."""
+    from assomem_gpu.signals.lexical import BM25Index
+    from assomem_gpu.signals.lexical_context import lexical_context_scores
+    from assomem_gpu.signals.reply import asks, reply_scores
+
+    texts = ["who will own the test plan?", "you should take the lead on that", "the test plan is late",  # session 0
+             "the test plan is due", "I know",  # session 1
+             "テスト計画は誰が担当しますか？", "the test plan, Isabella"]  # session 2
+    assert asks(texts).tolist() == [True, False, False, False, False, True, False]
+    assert asks([]).shape == (0,)
+    session = np.repeat(np.arange(3), [3, 2, 2])
+    scores = BM25Index(texts).scores(["who owns the test plan"])
+    at = np.array([[0, 1, 2, 3, 4, 6]])
+    context = lexical_context_scores(lambda qb, rows: scores[qb, rows], at, session, np)
+    got = reply_scores(context, at, asks(texts), np)
+    assert got[0, 1] == context[0, 1] == scores[0, 0] > 0  # the answer to the turn that asks
+    assert context[0, 4] > 0 == got[0, 4]  # "I know", after a statement that holds the words
+    assert got[0, 0] == 0 == got[0, 3]  # first turns of their sessions
+    assert got[0, 5] == context[0, 5]  # after the full-width question mark (the BM25 of Japanese text: 0 here)
+
+
 def test_lexical_context_is_the_bm25_score_of_the_turn_before_in_the_same_session():
     """A turn that answers the one holding the question's words gets that turn's BM25 score; a session's first turn
     gets 0 (the turn before it is another session's), whatever its own score; with the rows' own scores known the

@@ -22,7 +22,7 @@ from numba import njit, prange
 
 from .parallel import call_parallel
 
-MAX_SIGNALS = 8
+MAX_SIGNALS = 12  # (two float64 of shared memory each in the CUDA kernel)
 MAX_K = 64
 THREADS = 32  # threads per block; static shared memory: THREADS * MAX_K (float64 score, int32 index) pairs = 24 KiB
 # (resources.py compiles the kernel to SASS and holds it to 48 KiB, no spills, the launch within limits)
