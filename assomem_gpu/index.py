@@ -130,10 +130,7 @@ class MemoryIndex:
         if self.dim is None:
             raise ValueError("dim: an index without an encoder needs the embedding dimension")
         self.fusion = default_fusion(self.config.signals, self._encoder_name) if fusion is None else fusion
-        if list(self.fusion.signals) != list(self.config.signals):
-            raise ValueError(f"fusion.signals {self.fusion.signals} differ from config.signals {self.config.signals} "
-                             "(weights fitted before a signal was added: pass a config with their signals, "
-                             "AssoMemConfig(signals=tuple(fusion.signals)))")
+        check_fusion(self.fusion, self.config)
         self.backend = device if isinstance(device, Backend) else get_backend(device)
         if self.config.ppr_hops and not self.backend.ppr_steps:
             raise ValueError(f"config.ppr_hops: {self.backend.components['ppr_step'].impl} runs PageRank to "
@@ -442,15 +439,25 @@ def _iso_date(ts: float) -> str:
 
 
 # ---- input checks -------------------------------------------------------------------------------------------------
+def check_fusion(fusion: FusionModel, config: AssoMemConfig) -> None:
+    """``ValueError`` unless ``fusion`` weighs exactly ``config``'s signals, in its order."""
+    if list(fusion.signals) != list(config.signals):
+        raise ValueError(f"fusion.signals {fusion.signals} differ from config.signals {config.signals} (weights "
+                         "fitted before a signal was added: pass a config with their signals, "
+                         "AssoMemConfig(signals=tuple(fusion.signals)))")
+
+
 def session_records(sessions: Iterable[Session | Mapping]) -> list[dict]:
     """Sessions checked as ``MemoryIndex.add_sessions`` checks them (``ValueError`` / ``TypeError`` naming the field),
     dates optional (whether a memory needs them is its own to say), as plain JSON data: each date in POSIX seconds
-    (None when undated), each utterance with its id."""
+    (None when undated), an utterance's id where it is not the default (``"<session id>:<position>"``, which the
+    memory gives again)."""
     out = []
     for i, s in enumerate(_listed(sessions, "sessions")):
         sid, when, turns, meta = _session(s, f"sessions[{i}]", dated=False)
         out.append({"id": sid, "date": None if math.isnan(when) else when, "metadata": meta,
-                    "utterances": [{"id": u, "speaker": speaker, "text": text} for u, speaker, text in turns]})
+                    "utterances": [{"speaker": speaker, "text": text} | ({} if u == f"{sid}:{t}" else {"id": u})
+                                   for t, (u, speaker, text) in enumerate(turns)]})
     return out
 
 

@@ -194,6 +194,9 @@ def test_sessions_round_trip_and_deletes(server):
     assert [c.get_session(sid).id for sid in odd] == odd
     c.remove_sessions(odd[:3])
     assert c.session_ids(limit=100) == ["s0", "s1", "s3", "s4", "50% off"]
+    longest = "L" * 256  # the longest id the service takes; its utterances' default ids are the server's to make
+    c.add_sessions([session(longest, "a long id")])
+    assert [u.id for u in c.get_session(longest).utterances] == [f"{longest}:0", f"{longest}:1"]
 
 
 def nested(depth: int) -> dict:

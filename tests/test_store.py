@@ -13,7 +13,7 @@ import pytest
 
 from assomem_gpu import AssoMemConfig, GraphConfig
 from assomem_gpu.encode import HashingEncoder
-from assomem_gpu.store import MemoryStore, StoreError
+from assomem_gpu.store import MemoryStore, StoreError, UnknownTenant
 
 CONFIG = AssoMemConfig(top_clues=2, min_candidates=3, graph=GraphConfig(delta=0.5, gamma=0.3))
 WORDS = "kiwi banjo violet harbor mango quartz lantern tulip cobalt maple ember falcon".split()
@@ -168,7 +168,8 @@ def test_warm_up_preloads_the_tenants_snapshotted_last_and_a_tenant_loads_once(t
             return found
 
         store._commits = commits_then_replace
-        store.index("c")
+        with pytest.raises(UnknownTenant):  # the tenant it loaded is gone: nothing of it is kept or given
+            store.index("c")
         store.add_sessions("c", [session("fresh", 0, "a fresh zeppelin note")])
         assert [[u for u, _ in q] for q in hits(store, "c", ["zeppelin"])] == [["fresh:0", "fresh:1", "fresh:2"]]
 
@@ -695,6 +696,21 @@ def test_a_new_tenant_never_inherits_a_deleted_ones_files(tmp_path):
         assert all("private" not in h.text for q in store.search("new", ["private note", "old tenant"], k=5) for h in q)
 
 
+def test_a_store_refuses_weights_of_other_signals_as_it_opens(tmp_path):
+    from dataclasses import replace
+
+    from assomem_gpu.fusion import fixed_weights
+
+    with pytest.raises(ValueError, match=r"fusion\.signals .* differ from config\.signals"):
+        MemoryStore(tmp_path, HashingEncoder(), CONFIG, fixed_weights(CONFIG.signals[:-1]), device="cpu")
+    assert not (tmp_path / "store.sqlite").exists()
+    fewer = replace(CONFIG, signals=CONFIG.signals[:-1])  # weights fitted before a signal: their config with them
+    with MemoryStore(tmp_path, HashingEncoder(), fewer, fixed_weights(fewer.signals), device="cpu") as store:
+        store.create_tenant("t")
+        store.add_sessions("t", [session("s0", 0)])
+        assert hits(store, "t", ["kiwi banjo"])[0]
+
+
 def test_keys_outlive_a_restart_and_die_with_their_tenant(tmp_path):
     with open_store(tmp_path) as store:
         store.create_tenant("a")
@@ -713,8 +729,6 @@ def test_keys_outlive_a_restart_and_die_with_their_tenant(tmp_path):
 def test_a_key_held_across_a_delete_never_reaches_the_tenant_made_again_under_its_name(tmp_path):
     """The service resolves a request's key before the request runs (a search may wait for its batch): the tenant
     it names, by name and id, is refused once the name is deleted, even after a new tenant takes the name."""
-    from assomem_gpu.store import UnknownTenant
-
     with open_store(tmp_path) as store:
         store.create_tenant("ana")
         store.add_sessions("ana", [session("s0", 0, "the first ana's diary")])
@@ -732,8 +746,8 @@ def test_a_key_held_across_a_delete_never_reaches_the_tenant_made_again_under_it
 
 
 def test_a_search_that_loads_a_tenant_while_it_is_deleted_keeps_nothing_of_it(tmp_path):
-    """A search that loads the tenant's index after the delete began (and before its rows went) answers from it,
-    but the index is not kept in memory once the tenant is gone."""
+    """A search that arrives after the delete began (and before the rows went) is refused, and no index of the
+    tenant is kept in memory."""
     import threading
 
     with open_store(tmp_path) as store:
@@ -752,7 +766,24 @@ def test_a_search_that_loads_a_tenant_while_it_is_deleted_keeps_nothing_of_it(tm
         deleting = threading.Thread(target=store.delete_tenant, args=("b",))
         deleting.start()
         assert dropping.wait(30)
-        assert store.search("b", "locker code", k=1)[0].session_id == "s0"  # the rows are still there
+        with pytest.raises(UnknownTenant):  # the rows are still there, but the delete has begun
+            store.search("b", "locker code", k=1)
         searched.set()
         deleting.join(30)
         assert store.tenants() == [] and store.loaded() == 0
+
+
+def test_a_request_whose_tenant_was_deleted_after_its_id_was_read_leaves_the_new_tenant_alone(tmp_path):
+    """Deleted and made again between the read of its id and the look at what is loaded: the request is refused and
+    the new tenant's loaded index stays as it was (not dropped, its snapshot still due)."""
+    with open_store(tmp_path, snapshot_every_s=None) as store:
+        store.create_tenant("c")
+        who = store.tenant_of_key(store.issue_key("c"))
+        store.delete_tenant("c")
+        store.create_tenant("c")
+        store.add_sessions("c", [session("s0", 0)])  # the new tenant, loaded and behind its snapshot
+        read = store._tenant_id
+        store._tenant_id = lambda tenant: who.id if tenant == who else read(tenant)  # its id, read before the delete
+        with pytest.raises(UnknownTenant):
+            store.search(who, "kiwi", k=1)
+        assert store.loaded() == 1 and store._loaded["c"][0] != who.id and "c" in store._behind

@@ -31,7 +31,7 @@ from ..clues import keyword_clue
 from ..config import AssoMemConfig
 from ..encode import DEFAULT_MODEL, Encoder, prompted, text_encoder
 from ..fusion import FusionModel, default_fusion
-from ..index import Answer, MemoryIndex, Session
+from ..index import Answer, MemoryIndex, Session, check_fusion
 from ..llm import LLM
 from ..sentences import SENTENCES_VERSION
 from ..snapshot import SnapshotError, sync_folder
@@ -72,6 +72,7 @@ class MemoryStore:
         self.encoder = text_encoder(encoder) if isinstance(encoder, str) else encoder
         self.config = AssoMemConfig() if config is None else config
         self.fusion = default_fusion(self.config.signals, self.encoder.name) if fusion is None else fusion
+        check_fusion(self.fusion, self.config)  # here, not at a tenant's first load
         self.backend = device if isinstance(device, Backend) else get_backend(device)
         self.dated, self.max_loaded = dated, max_loaded
         self._db = connect(self.directory / "store.sqlite")
@@ -413,7 +414,7 @@ class MemoryStore:
                 commits = self._commits(tenant_id)
                 with self._lock:
                     if commits is None or tenant_id in self._deleted or self._loading.get(name) is not loading:
-                        return tenant_id, index  # deleted while it loaded: not kept
+                        raise UnknownTenant(f"tenant {name!r}")  # deleted while it loaded: nothing kept
                     held, evicted = (tenant_id, index), self._keep(name, tenant_id, index, commits)
         with ExitStack() as locks:  # after the load: its waiters do not wait for other tenants' snapshots
             for *_, writing in evicted:
@@ -426,10 +427,13 @@ class MemoryStore:
         return held
 
     def _held(self, name: str, tenant_id: int) -> tuple[int, MemoryIndex] | None:
-        """The tenant's loaded index, now the most recently used, or None; an index held under the name for a deleted
-        tenant (the name taken again since) is dropped. The caller holds ``_lock``."""
+        """The tenant's loaded index, now the most recently used, or None; ``UnknownTenant`` if the tenant was deleted
+        since its id was read (a request must not touch what the name holds now). An index held under the name for a
+        deleted tenant (the name taken again since) is dropped. The caller holds ``_lock``."""
+        if tenant_id in self._deleted:
+            raise UnknownTenant(f"tenant {name!r}")
         held = self._loaded.get(name)
-        if held is not None and held[0] != tenant_id:
+        if held is not None and held[0] != tenant_id:  # (then the held one's tenant is the deleted one)
             del self._loaded[name]
             self._behind.discard(name)
             held = None
