@@ -413,7 +413,7 @@ class MemoryStore:
                 index = self._load(tenant_id)
                 commits = self._commits(tenant_id)
                 with self._lock:
-                    if commits is None or tenant_id in self._deleted or self._loading.get(name) is not loading:
+                    if commits is None or tenant_id in self._deleted:
                         raise UnknownTenant(f"tenant {name!r}")  # deleted while it loaded: nothing kept
                     held, evicted = (tenant_id, index), self._keep(name, tenant_id, index, commits)
         with ExitStack() as locks:  # after the load: its waiters do not wait for other tenants' snapshots
