@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from assomem_gpu.data import DataFormatError, expand_haystacks, load_dataset
+from assomem_gpu.data import DataFormatError, DataFormatWarning, expand_haystacks, load_dataset
 from assomem_gpu.timeparse import format_timestamp
 
 from conftest import lme_item
@@ -46,12 +46,10 @@ def test_longmemeval_plain_json(tmp_path, lme_items):
     (lambda items: [{**items[0], "question": 5}], "record 0 (q1), field 'question': expected str"),
     (lambda items: [{k: v for k, v in items[0].items() if k != "haystack_sessions"}], "field 'haystack_sessions': missing"),
     (lambda items: [{**items[0], "haystack_dates": items[0]["haystack_dates"][:1]}], "differ in length"),
-    (lambda items: [{**items[0], "haystack_dates": ["not a date"] * 3}], "field 'haystack_dates': not an absolute date"),
-    (lambda items: [{**items[0], "question_date": "8 May"}], "field 'question_date': not an absolute date"),  # no
-    # year: not put in 2000
-    (lambda items: [items[0], {**items[0], "question_id": "q9",
-                               "haystack_sessions": [[{"role": "user", "content": "changed"}]] * 3}],
-     "appears twice with different content"),
+    (lambda items: [{**items[0], "haystack_session_ids": ["s", "s", "t"],
+                     "haystack_sessions": [[{"role": "user", "content": c}] for c in "abc"]}],
+     "session 's' is listed twice with different content"),  # one id twice in one haystack
+    (lambda items: [{**items[0], "question_date": [2023]}], "field 'question_date': expected str/int/float"),
     (lambda items: [items[0], items[0]], "duplicate question_id"),
     (lambda items: [{**items[0], "haystack_sessions": [[{"role": "user"}]] * 3}], "turn 0, field 'content': missing"),
 ])
@@ -239,3 +237,89 @@ def test_a_session_listed_twice_is_held_once(tmp_path, lme_items):
     rows = ds.memory_utterances(0)
     assert len(rows) == len(set(rows.tolist()))
     assert mem.dates[1] < 1_700_000_000  # its first date (2023), not the repeat's (2024)
+
+
+def test_longmemeval_dates_it_cannot_read_are_undated_with_one_warning(tmp_path, lme_items):
+    """A benchmark file is not refused for a bad date (February 29 of 2023; a date without its year): the session or
+    question is undated, and one warning names the file, the count and the first."""
+    lme_items[0]["haystack_dates"][1] = "2023/02/29 (Wed) 10:00"
+    lme_items[1]["question_date"] = "8 May"  # no year: not put in 2000
+    path = tmp_path / "dates.json"
+    path.write_text(json.dumps(lme_items))
+    with pytest.warns(DataFormatWarning, match=r"dates.json: 2 date\(s\) could not be read .* record 0 \(q1\), "
+                      r"field 'haystack_dates': not an absolute date: '2023/02/29"):
+        ds = load_dataset(f"longmemeval:{path}")
+    assert np.isnan(ds.memories[0].dates).tolist() == [False, True, False]
+    assert math.isnan(ds.questions[1].date) and not math.isnan(ds.questions[0].date)
+    jsonl = tmp_path / "own.jsonl"  # a user's own file stays strict: the date is theirs to mend
+    jsonl.write_text(json.dumps({"type": "session", "id": "s", "date": "2023-02-29", "utterances": [{"text": "x"}]}))
+    with pytest.raises(DataFormatError, match="field 'date': not an absolute date"):
+        load_dataset(f"jsonl:{jsonl}")
+
+
+def test_a_session_id_with_other_content_is_kept_apart_for_its_question(tmp_path, lme_items):
+    """Another haystack's session of the same id with other content: that question reads its own copy, under the
+    same utterance ids, its evidence and answer session on it; a warning names it; an expansion never draws either
+    copy, so no memory holds an id twice."""
+    changed = [{"role": "user", "content": "Max is a beagle.", "has_answer": True}]
+    lme_items[1]["haystack_sessions"][0] = changed  # q2's shared_dog differs from q1's
+    lme_items[1]["answer_session_ids"] = ["shared_dog"]
+    path = tmp_path / "apart.json"
+    path.write_text(json.dumps(lme_items))
+    with pytest.warns(DataFormatWarning, match="1 haystack session.* question 'q2', session 'shared_dog'"):
+        ds = load_dataset(f"longmemeval:{path}")
+    q1, q2, _ = ds.questions
+    assert ds.bank.n_sessions == 8
+    assert ids(ds, ds.memory_utterances(q2.memory))[:2] == ["shared_dog:0", "answer_s2:0"]
+    assert [ds.bank.utt_texts[i] for i in ds.memory_utterances(q2.memory)][0] == "Max is a beagle."
+    assert [ds.bank.utt_texts[i] for i in ds.memory_utterances(q1.memory)][2] == "I adopted a beagle puppy named Max " \
+        "last week."
+    assert ids(ds, q2.evidence) == ["shared_dog:0", "answer_s2:0"]
+    assert sorted(ds.bank.session_ids[s] for s in q2.evidence_sessions) == ["answer_s2", "shared_dog@q2"]
+    big = expand_haystacks(ds, 4)
+    for m, (mem, small) in enumerate(zip(big.memories, ds.memories)):
+        held = ids(big, big.memory_utterances(m))
+        assert len(mem.sessions) == 4 and len(held) == len(set(held))
+        drawn = set(mem.sessions.tolist()) - set(small.sessions.tolist())
+        assert not {"shared_dog", "shared_dog@q2"} & {ds.bank.session_ids[s] for s in drawn}
+
+
+def test_lone_surrogates_in_texts_are_repaired(tmp_path, lme_items, locomo_samples):
+    """A JSON "\\ud83d" whose pair is missing (ShareGPT-derived text has them) would stop the embedding cache, the
+    tokenizer and SQLite: every text a loader reads holds U+FFFD in its place, ids as they are."""
+    lme_items[0]["haystack_sessions"][0][0]["content"] = "broken emoji \ud83d here, whole \U0001f600"
+    lme_items[0]["question"] = "what \udc00?"
+    lme_items[0]["answer"] = "a \ud800"
+    locomo_samples[0]["conversation"]["session_1"][0]["text"] = "photo \udfff"
+    locomo_samples[0]["conversation"]["session_1"][0]["blip_caption"] = "a cat \ud83d"
+    for fmt, doc in (("longmemeval", lme_items), ("locomo", locomo_samples)):
+        path = tmp_path / f"{fmt}.json"
+        path.write_text(json.dumps(doc))  # (json.dumps writes them as escapes, as such files hold them)
+        ds = load_dataset(f"{fmt}:{path}")
+        for text in ds.bank.encoded_texts() + [q.text for q in ds.questions] + [q.answer or "" for q in ds.questions]:
+            text.encode("utf-8")
+    assert load_dataset(f"longmemeval:{tmp_path / 'longmemeval.json'}").bank.utt_texts[0] == \
+        "broken emoji \ufffd here, whole \U0001f600"
+    assert load_dataset(f"locomo:{tmp_path / 'locomo.json'}").bank.utt_texts[0] == \
+        "photo \ufffd [shares a photo: a cat \ufffd]"
+
+
+def test_locomo_as_the_public_file_writes_it(tmp_path, locomo_samples):
+    """Zero-padded session keys; evidence ids padded or with a stray colon (``D1:03``, ``D:2:1``, as locomo10.json
+    has them); a date it cannot read, undated with a warning; a repeated sample_id is refused (its question ids
+    would repeat)."""
+    conv = locomo_samples[0]["conversation"]
+    conv["session_02"], conv["session_02_date_time"] = conv.pop("session_2"), conv.pop("session_2_date_time")
+    conv["session_10_date_time"] = "8:00 pm on 31 September, 2023"
+    locomo_samples[0]["qa"][0]["evidence"] = ["D1:03", "D:2:1"]
+    path = tmp_path / "lc.json"
+    path.write_text(json.dumps(locomo_samples))
+    with pytest.warns(DataFormatWarning, match=r"1 date\(s\).*field 'session_10_date_time'"):
+        ds = load_dataset(f"locomo:{path}")
+    assert [ds.bank.session_ids[s] for s in ds.memories[0].sessions] == ["conv-1:session_1", "conv-1:session_02",
+                                                                        "conv-1:session_10"]
+    assert ids(ds, ds.questions[0].evidence) == ["D1:3", "D2:1"]
+    assert np.isnan(ds.memories[0].dates).tolist() == [False, False, True]
+    path.write_text(json.dumps(locomo_samples + [locomo_samples[1]]))
+    with pytest.raises(DataFormatError, match=r"record 2 \(conv-2\), field 'sample_id': duplicate sample_id"):
+        load_dataset(f"locomo:{path}")

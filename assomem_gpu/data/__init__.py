@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import Dataset
-from .errors import DataFormatError
+from .errors import DataFormatError, DataFormatWarning
 from .haystack import expand_haystacks
 from .jsonl import load_jsonl
 from .locomo import load_locomo
@@ -31,4 +31,4 @@ def load_dataset(spec: str, haystack_sessions: int | None = None, limit: int | N
     return ds
 
 
-__all__ = ["DataFormatError", "LOADERS", "expand_haystacks", "load_dataset"]
+__all__ = ["DataFormatError", "DataFormatWarning", "LOADERS", "expand_haystacks", "load_dataset"]

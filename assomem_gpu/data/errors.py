@@ -1,4 +1,4 @@
-"""The one error type every loader raises on malformed input."""
+"""The one error type every loader raises on malformed input, and the warning for what a loader repaired."""
 from __future__ import annotations
 
 
@@ -13,3 +13,8 @@ class DataFormatError(ValueError):
             where += f", field {field!r}"
         super().__init__(f"{where}: {message}")
         self.path, self.record, self.field = str(path), record, field
+
+
+class DataFormatWarning(UserWarning):
+    """Input a loader read after a repair (a date it could not read, taken as undated; a session id reused with
+    other content, kept apart), naming the file and how many."""

@@ -11,8 +11,10 @@ from ..memory import Dataset, Memory
 def expand_haystacks(ds: Dataset, n_sessions: int, seed: int = 0) -> Dataset:
     """Each memory padded to ``n_sessions`` with distractor sessions of other memories, dated inside its own range.
 
-    Distractors are never sessions that any question counts as evidence. The draw for a memory depends only on
-    ``seed`` and the ids of the questions asking it, so a subset of questions gets the same haystacks.
+    Distractors are never sessions that any question counts as evidence, nor sessions that share an utterance id
+    with another session of the bank (a LongMemEval session kept apart, or LoCoMo's ``dia_id`` values, which every
+    conversation repeats), so a memory never holds an id twice. The draw for a memory depends only on ``seed`` and
+    the ids of the questions asking it, so a subset of questions gets the same haystacks.
     """
     if n_sessions < 1:
         raise ValueError(f"haystack size must be positive, got {n_sessions}")
@@ -21,7 +23,7 @@ def expand_haystacks(ds: Dataset, n_sessions: int, seed: int = 0) -> Dataset:
         evidence.update(utt_session[q.evidence].tolist())
         if q.evidence_sessions is not None:
             evidence.update(q.evidence_sessions.tolist())
-    pool = np.asarray(sorted(set(range(ds.bank.n_sessions)) - evidence), dtype=np.int64)
+    pool = np.asarray(sorted(set(range(ds.bank.n_sessions)) - evidence - _sharing_ids(ds)), dtype=np.int64)
     askers: dict[int, list[str]] = {}
     for q in ds.questions:
         askers.setdefault(q.memory, []).append(q.id)
@@ -43,3 +45,14 @@ def expand_haystacks(ds: Dataset, n_sessions: int, seed: int = 0) -> Dataset:
         order = np.argsort(all_dates, kind="stable")
         memories.append(Memory(sessions[order], all_dates[order]))
     return Dataset(ds.name, ds.bank, memories, ds.questions, ds.session_metadata)
+
+
+def _sharing_ids(ds: Dataset) -> set[int]:
+    """The session rows holding an utterance id that another session of the bank also holds."""
+    first: dict[str, int] = {}
+    shared: set[int] = set()
+    for utt, session in zip(ds.bank.utt_ids, ds.bank.utt_session().tolist()):
+        held = first.setdefault(utt, session)
+        if held != session:
+            shared.update((held, session))
+    return shared

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..memory import Dataset, Memory, MemoryBank, Question
-from ._io import field, read_json, timestamp
+from ._io import field, prose, read_json, repaired, timestamp
 from .errors import DataFormatError
 
 
@@ -45,7 +45,8 @@ def load_jsonl(path: str) -> Dataset:
             where = f"{rec}, utterances[{t}]"
             given_id = field(path, where, utt, "id", (str, int), optional=True)
             uid = f"{sid}:{t}" if given_id is None else str(given_id)
-            turns.append((uid, field(path, where, utt, "speaker", str, optional=True) or "", field(path, where, utt, "text", str)))
+            speaker = prose(path, where, utt, "speaker", optional=True) or ""
+            turns.append((uid, speaker, prose(path, where, utt, "text")))
         known = utt_rows.setdefault(memory, {})
         clash = next((u for u, _, _ in turns if u in known), None) or _first_duplicate([u for u, _, _ in turns])
         if clash is not None:
@@ -75,10 +76,10 @@ def load_jsonl(path: str) -> Dataset:
             evidence.append(utt_rows[memory][str(uid)])
         answer = obj.get("answer")
         questions.append(Question(
-            id=qid, text=field(path, rec, obj, "text", str), date=timestamp(path, rec, obj, "date"),
+            id=qid, text=prose(path, rec, obj, "text"), date=timestamp(path, rec, obj, "date"),
             type=field(path, rec, obj, "question_type", str, optional=True),
             evidence=np.unique(np.asarray(evidence, dtype=np.int64)), memory=names.index(memory),
-            answer=None if answer is None else str(answer)))
+            answer=None if answer is None else repaired(str(answer))))
     return Dataset(Path(path).stem, bank, memories, questions, metadata)
 
 

@@ -1,7 +1,10 @@
 """LoCoMo format: a list of conversations, each one memory for all its questions.
 
 Utterance id = the turn's ``dia_id``; question id ``"<sample_id>:<index in qa>"``; evidence = ids in the QA's
-``evidence`` list (each entry may join several ids with ``;``, ``,`` or spaces; ids not in the conversation are dropped).
+``evidence`` list (each entry may join several ids with ``;``, ``,`` or spaces; an id not in the conversation is read
+without its zero padding or stray colon, ``D30:05`` and ``D:11:26`` as ``D30:5`` and ``D11:26``, else dropped).
+A date that cannot be read is taken as undated (one ``DataFormatWarning`` a file); texts have lone surrogates
+repaired (``_io.prose``).
 Questions carry no date in this format: they are taken as asked at the conversation's last session date. Category 5
 (adversarial: the conversation does not hold the answer) questions are abstention questions: their reference is none
 (the ``adversarial_answer`` they carry is the trap), and LongMemEval's session metrics leave them out, as its
@@ -14,25 +17,28 @@ import re
 import numpy as np
 
 from ..memory import Dataset, Memory, MemoryBank, Question
-from ._io import field, read_json, timestamp
+from ._io import field, prose, read_json, repaired, timestamp, warn_unread
 from .errors import DataFormatError
 
 _SESSION = re.compile(r"session_(\d+)$")
+_DIA_ID = re.compile(r"D:?(\d+):(\d+)")  # a dia_id as the evidence lists write it, padded or with a stray colon
 
 
 def load_locomo(path: str) -> Dataset:
     samples = read_json(path)
     if not isinstance(samples, list):
         raise DataFormatError(path, f"expected a JSON list of conversations, got {type(samples).__name__}")
-    bank, memories, questions = MemoryBank(), [], []
+    bank, memories, questions, unread, seen = MemoryBank(), [], [], [], set()
     for n, sample in enumerate(samples):
         sample_id = str(field(path, n, sample, "sample_id", (str, int)))
         rec = f"{n} ({sample_id})"
+        if sample_id in seen:
+            raise DataFormatError(path, f"duplicate sample_id {sample_id!r}", rec, "sample_id")
+        seen.add(sample_id)
         conv = field(path, rec, sample, "conversation", dict)
-        numbers = sorted(int(m.group(1)) for key in conv if (m := _SESSION.match(key)))
+        keys = sorted((int(m.group(1)), key) for key in conv if (m := _SESSION.match(key)))  # session_1, session_01
         rows, dates, dia_rows = [], [], {}
-        for s in numbers:
-            key = f"session_{s}"
+        for _, key in keys:
             turns_raw = field(path, rec, conv, key, list)
             turns = []
             for t, turn in enumerate(turns_raw):
@@ -40,8 +46,8 @@ def load_locomo(path: str) -> Dataset:
                 dia_id = field(path, where, turn, "dia_id", str)
                 if dia_id in dia_rows or dia_id in {u for u, _, _ in turns}:
                     raise DataFormatError(path, f"duplicate dia_id {dia_id!r}", where, "dia_id")
-                turns.append((dia_id, field(path, where, turn, "speaker", str), _turn_text(path, where, turn)))
-            date = timestamp(path, rec, conv, f"{key}_date_time")
+                turns.append((dia_id, prose(path, where, turn, "speaker"), _turn_text(path, where, turn)))
+            date = timestamp(path, rec, conv, f"{key}_date_time", unread)
             row = bank.add_session(f"{sample_id}:{key}", date, turns)
             rows.append(row)
             dates.append(date)
@@ -53,21 +59,30 @@ def load_locomo(path: str) -> Dataset:
             for ev in field(path, where, qa, "evidence", list, optional=True) or []:
                 if not isinstance(ev, str):
                     raise DataFormatError(path, f"evidence entries must be strings, got {type(ev).__name__}", where, "evidence")
-                evidence += [dia_rows[i] for i in re.split(r"[;,\s]+", ev) if i in dia_rows]
+                for given in re.split(r"[;,\s]+", ev):
+                    if (i := _dia_id(given, dia_rows)) in dia_rows:
+                        evidence.append(dia_rows[i])
             answer = qa.get("answer")  # category 5's "adversarial_answer" is the trap, not a reference
             category = field(path, where, qa, "category", (int, str), optional=True)
             questions.append(Question(
-                id=f"{sample_id}:{k}", text=field(path, where, qa, "question", str), date=asked,
+                id=f"{sample_id}:{k}", text=prose(path, where, qa, "question"), date=asked,
                 type=None if category is None else f"category-{category}",
                 evidence=np.unique(np.asarray(evidence, dtype=np.int64)), memory=len(memories),
-                answer=None if answer is None else str(answer), abstention=str(category) == "5"))
+                answer=None if answer is None else repaired(str(answer)), abstention=str(category) == "5"))
         if not rows:
             raise DataFormatError(path, "conversation has no session_<n> lists", rec, "conversation")
         memories.append(Memory(np.asarray(rows, dtype=np.int64), np.asarray(dates, dtype=np.float64)))
+    warn_unread(path, unread)
     return Dataset("locomo", bank, memories, questions)
 
 
+def _dia_id(given: str, held) -> str:
+    """Evidence id ``given`` as the conversation's ``dia_id`` it names: itself if ``held``, else unpadded."""
+    m = None if given in held else _DIA_ID.fullmatch(given)
+    return given if m is None else f"D{int(m.group(1))}:{int(m.group(2))}"
+
+
 def _turn_text(path, where, turn: dict) -> str:
-    text = field(path, where, turn, "text", str)
+    text = prose(path, where, turn, "text")
     caption = turn.get("blip_caption")
-    return f"{text} [shares a photo: {caption}]" if isinstance(caption, str) and caption else text
+    return f"{text} [shares a photo: {repaired(caption)}]" if isinstance(caption, str) and caption else text

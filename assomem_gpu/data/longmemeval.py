@@ -1,14 +1,19 @@
 """LongMemEval (S, M, oracle; ``.json`` or ``.json.gz``): one memory per question, sessions pooled across haystacks.
 
 Utterance id ``"<session_id>:<turn_index>"`` (0-based over all turns); evidence = turns with ``has_answer: true``.
+A session id that a later haystack holds with other content is kept apart for that question (its utterance ids
+the same: each memory holds one of them), and a date that cannot be read is taken as undated; each is reported
+once per file (``DataFormatWarning``). Texts have lone surrogates repaired (``_io.prose``).
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
 from ..memory import Dataset, Memory, MemoryBank, Question
-from ._io import field, read_json, timestamp
-from .errors import DataFormatError
+from ._io import field, prose, read_json, repaired, timestamp, warn_unread
+from .errors import DataFormatError, DataFormatWarning
 
 
 def load_longmemeval(path: str) -> Dataset:
@@ -16,6 +21,7 @@ def load_longmemeval(path: str) -> Dataset:
     if not isinstance(items, list):
         raise DataFormatError(path, f"expected a JSON list of questions, got {type(items).__name__}")
     bank, memories, questions, seen = MemoryBank(), [], [], set()
+    unread, apart = [], []  # dates not read; (question, session id) of sessions kept apart
     for n, item in enumerate(items):
         rec = n
         qid = field(path, rec, item, "question_id", str)
@@ -29,7 +35,7 @@ def load_longmemeval(path: str) -> Dataset:
         if not len(sids) == len(dates) == len(sessions):
             raise DataFormatError(path, f"haystack_session_ids, haystack_dates and haystack_sessions differ in length "
                                   f"({len(sids)}, {len(dates)}, {len(sessions)})", rec)
-        rows, when, evidence = [], [], []
+        rows, when, evidence, here = [], [], [], {}  # here: the row of each session id this haystack lists
         for j, (sid, session) in enumerate(zip(sids, sessions)):
             if not isinstance(sid, str):
                 raise DataFormatError(path, f"session id {j} is not a string", rec, "haystack_session_ids")
@@ -38,26 +44,40 @@ def load_longmemeval(path: str) -> Dataset:
             turns = []
             for t, turn in enumerate(session):
                 where = f"{rec}, session {sid!r} turn {t}"
-                turns.append((f"{sid}:{t}", field(path, where, turn, "role", str), field(path, where, turn, "content", str)))
-            date = timestamp(path, rec, {"haystack_dates": dates[j]}, "haystack_dates")
-            try:
-                row = bank.add_session(sid, date, turns)
+                turns.append((f"{sid}:{t}", prose(path, where, turn, "role"), prose(path, where, turn, "content")))
+            date = timestamp(path, rec, {"haystack_dates": dates[j]}, "haystack_dates", unread)
+            try:  # (a session this haystack lists again must be the one it listed)
+                row = bank.add_session(bank.session_ids[here[sid]] if sid in here else sid, date, turns)
             except ValueError as exc:
-                raise DataFormatError(path, str(exc), rec, "haystack_sessions") from exc
+                if sid in here:
+                    raise DataFormatError(path, f"session {sid!r} is listed twice with different content", rec,
+                                          "haystack_sessions") from exc
+                try:  # another haystack's session of this id differs: this question's own copy
+                    row = bank.add_session(f"{sid}@{qid}", date, turns)
+                except ValueError as exc:
+                    raise DataFormatError(path, str(exc), rec, "haystack_sessions") from exc
+                apart.append((qid, sid))
+            here.setdefault(sid, row)
             rows.append(row)
             when.append(date)
             lo = bank.offsets[row]
             evidence += [lo + t for t, turn in enumerate(session) if turn.get("has_answer") is True]
         answer = item.get("answer")
         labelled = field(path, rec, item, "answer_session_ids", list, optional=True) or []
-        evidence_sessions = {bank.session_index(s) for s in labelled} - {None}
-        evidence_sessions |= {bank.session_index(sids[j]) for j in range(len(sids))
-                              if any(t.get("has_answer") is True for t in sessions[j])}
+        evidence_sessions = {here.get(s, bank.session_index(s)) for s in labelled} - {None}
+        evidence_sessions |= {row for row, session in zip(rows, sessions)
+                              if any(t.get("has_answer") is True for t in session)}
         questions.append(Question(
-            id=qid, text=field(path, rec, item, "question", str), date=timestamp(path, rec, item, "question_date"),
+            id=qid, text=prose(path, rec, item, "question"),
+            date=timestamp(path, rec, item, "question_date", unread),
             type=field(path, rec, item, "question_type", str, optional=True),
             evidence=np.unique(np.asarray(evidence, dtype=np.int64)), memory=len(memories),
-            answer=None if answer is None else str(answer), abstention=qid.endswith("_abs"),
+            answer=None if answer is None else repaired(str(answer)), abstention=qid.endswith("_abs"),
             evidence_sessions=np.asarray(sorted(evidence_sessions), dtype=np.int64)))
         memories.append(Memory(np.asarray(rows, dtype=np.int64), np.asarray(when, dtype=np.float64)))
+    warn_unread(path, unread)
+    if apart:
+        warnings.warn(f"{path}: {len(apart)} haystack session(s) hold other content than the session of the same id "
+                      f"that an earlier question's haystack holds, and are kept apart for their question; the first: "
+                      f"question {apart[0][0]!r}, session {apart[0][1]!r}", DataFormatWarning, stacklevel=2)
     return Dataset("longmemeval", bank, memories, questions)
