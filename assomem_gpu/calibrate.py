@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -105,12 +106,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _calibrate(args: argparse.Namespace, stack: ExitStack) -> int:
     """``main`` after parsing; ``stack`` closes the Dask client (and its local cluster) on the way out."""
-    from .cli_options import config_from_options, dataset_from_options
+    from .cli_options import check_writable, config_from_options, dataset_from_options
     from .encode import make_encoder, prompt_options
     from .fusion import save_weights
 
     client = None
     try:
+        check_writable(Path(args.output))
         if args.cluster:
             client = stack.enter_context(connect(args.cluster))
         config = config_from_options(args)

@@ -27,12 +27,13 @@ ALL_METHODS = [*METHODS, *HYBRID_BASELINES, "assomem"]
 DATASET_HELP = "<format>:<path>, format one of longmemeval, locomo, meetingqa, jsonl"
 
 
-def add_dataset_options(p: argparse.ArgumentParser, limit_help: str, dataset_help: str = DATASET_HELP) -> None:
+def add_dataset_options(p: argparse.ArgumentParser, limit_help: str, dataset_help: str = DATASET_HELP,
+                        seed_help: str = "seed of --limit and --haystack-sessions") -> None:
     """``--dataset``, ``--limit`` (``limit_help``), ``--seed`` and ``--haystack-sessions``: the split a command reads
     (``dataset_from_options``)."""
     p.add_argument("--dataset", required=True, help=dataset_help)
     p.add_argument("--limit", type=int, help=limit_help)
-    p.add_argument("--seed", type=int, default=0, help="seed of --limit and --haystack-sessions")
+    p.add_argument("--seed", type=int, default=0, help=seed_help)
     p.add_argument("--haystack-sessions", type=int, help="grow every LongMemEval haystack to this many sessions")
 
 

@@ -543,22 +543,28 @@ class EmbeddingCache:
 
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path else default_cache_dir() / "embeddings.sqlite"
-        self._conn: sqlite3.Connection | None = None
+        self._local = threading.local()
 
     def __getstate__(self) -> dict:
         """Pickled as its path: a copy (on a Dask worker) opens the file only if it is read or written there."""
-        return {"path": self.path, "_conn": None}
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path, self._local = state["path"], threading.local()
 
     @property
     def _db(self) -> sqlite3.Connection:
-        """The connection, opened (and the table made) on first use."""
-        if self._conn is None:
+        """This thread's connection (an SQLite connection stays in the thread that made it: an index searched from
+        a thread pool, or by an async framework's workers, reads through one of its own), opened (and the table
+        made) on its first use."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, timeout=60)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key BLOB NOT NULL, "
-                               "vec BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID")
-        return self._conn
+            conn = self._local.conn = sqlite3.connect(self.path, timeout=60)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key BLOB NOT NULL, "
+                         "vec BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID")
+        return conn
 
     @staticmethod
     def key(text: str) -> bytes:

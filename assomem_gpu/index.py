@@ -299,6 +299,8 @@ class MemoryIndex:
         reached; ``ValueError`` naming the field for bad input, and for a prompt the LLM refuses (too long)."""
         if not isinstance(question, str):
             raise TypeError(f"question: expected a string, got {type(question).__name__}")
+        if not _string(question, "question").strip():
+            raise ValueError("question: empty or whitespace-only text")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens: must be a positive integer, got {max_new_tokens!r}")
         model = make_llm(llm) if isinstance(llm, str) else llm

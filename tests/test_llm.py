@@ -81,6 +81,16 @@ def test_batched_generation_answers_as_one_at_a_time(smollm2):
     assert smollm2.chat(prompts, 12) == one.chat(prompts, 12)  # left padding changes no greedy reply
 
 
+def test_a_prompt_over_the_models_context_is_refused_before_any_generation(smollm2):
+    """As an endpoint refuses it: transformers would run it past the model's positions for minutes and reply with
+    noise (a 14,753-token prompt: 149 s on 2 cores)."""
+    over = "one two three four five six seven eight nine ten " * 900  # ~9,000 tokens of SmolLM2's 8,192
+    with pytest.raises(ValueError, match=r"prompt: its \d+ tokens and max_new_tokens 8 exceed the model's context of "
+                                         r"8192 tokens"):
+        smollm2.chat(["Name one colour.", over], 8)
+    assert smollm2.chat(["Name one colour."], 4)  # the same model answers a prompt that fits
+
+
 def test_llm_clue_mode_feeds_the_graph(tmp_path, monkeypatch, smollm2, two_sessions):
     monkeypatch.setenv("ASSOMEM_CACHE_DIR", str(tmp_path / "cache"))
     llm_clues(two_sessions.bank, smollm2, progress=False)  # warm the clue cache the method will read

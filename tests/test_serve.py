@@ -125,6 +125,8 @@ def test_answers_come_from_the_tenants_own_memory(server, llama_server):
                            ({"question_date": "soon"}, "question_date"), ({"sessions": ["nope"]}, "sessions")]:
             with pytest.raises(ValueError, match=field):
                 a.answer("What is my cat called?", **bad)
+        with pytest.raises(ValueError, match=r"422: question: empty or whitespace-only text"):
+            a.answer("   ")
     assert httpx.post(f"{url}/v1/answer", json={"question": "What is my cat called?"}).status_code == 401
 
 
@@ -172,6 +174,25 @@ def test_answers_are_bounded_and_a_failing_llm_is_a_503(tmp_path, llm_proxy):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_the_client_sends_dates_as_the_index_reads_them(server):
+    """A datetime or date goes as ISO 8601, where it failed to serialise; a naive one is refused naming its field,
+    as in process; the server's message comes whole (its closing quote was cut)."""
+    from datetime import date, datetime, timezone
+
+    key = MemoryClient(server[0], ADMIN).create_tenant("dates")
+    with MemoryClient(server[0], key) as client:
+        client.add_sessions([session("pets", "My cat is called Miso.", 5)])
+        asked = datetime(2024, 3, 10, tzinfo=timezone.utc)
+        assert client.search("What is my cat called?", k=1, question_date=asked)[0].session_id == "pets"
+        found = client.search(["cat?", "Miso?"], k=1, question_date=date(2024, 3, 11), until=date(2024, 3, 5))
+        assert [hits[0].session_id for hits in found] == ["pets", "pets"]  # until a day: that whole day
+        assert client.search("cat?", k=1, until=date(2024, 3, 4)) == []
+        with pytest.raises(ValueError, match=r"question_date: naive datetime '2024-03-10T00:00:00'; give a time zone"):
+            client.search("cat?", question_date=datetime(2024, 3, 10))
+        with pytest.raises(ValueError, match=r"question_date: not an ISO 8601 date: 'soon'$"):
+            client.search("cat?", question_date="soon")
 
 
 def test_sessions_round_trip_and_deletes(server):

@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from ..cli_options import check_writable
-from ..data import load_dataset
+from ..cli_options import add_dataset_options, check_writable, dataset_from_options
 from ..llm import TransformersLLM, make_llm
 from ..ranking_source import add_rankings_options, rankings_from_options
 from .samples import denoising_samples, split_questions
@@ -27,7 +27,9 @@ from .samples import denoising_samples, split_questions
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.finetune", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset", required=True, help="<format>:<path> of labelled questions with answers")
+    add_dataset_options(p, "a seeded random sample of this many questions",
+                        "<format>:<path> of labelled questions with answers",
+                        "seed of --limit, --haystack-sessions, the split, the samples and the training")
     p.add_argument("--model", default="smollm2", help="the LLM to tune: smollm2 or hf:<model>[::<gguf>]")
     p.add_argument("--output", required=True, help="folder for adapter/, merged/, split.json, train.json")
     p.add_argument("--heldout", type=float, default=0.2,
@@ -39,9 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (alpha is twice it)")
     p.add_argument("--max-length", type=int, default=2560,
                    help="tokens of a sample kept: six utterances cut at 1,500 characters and the instruction fit; a "
-                        "longer sample loses its target and is dropped (train.json counts those kept)")
-    p.add_argument("--limit", type=int, help="a seeded random sample of this many questions")
-    p.add_argument("--seed", type=int, default=0)
+                        "longer sample is dropped whole (train.json counts those kept)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_rankings_options(p, "whose rankings give the hard negatives")
     args = p.parse_args(argv)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         llm = make_llm(args.model)
         if not isinstance(llm, TransformersLLM):
             raise ValueError(f"--model: only a local transformers model can be tuned, not {args.model!r}")
-        ds = load_dataset(args.dataset, limit=args.limit, seed=args.seed)
+        ds = dataset_from_options(args)
         train, held = split_questions(ds, args.heldout, args.seed)
         rankings = rankings_from_options(args, ds, [args.context], progress=not args.quiet)
         samples = denoising_samples(ds, rankings, train, args.context, args.seed, unseen=held)
@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "split.json").write_text(json.dumps({"train": [ds.questions[i].id for i in train],
                                                 "heldout": [ds.questions[i].id for i in held]}, indent=1) + "\n")
-    log, kept = train_lora(llm, samples, out, args)
+    try:
+        log, kept = train_lora(llm, samples, out, args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if kept < len(samples):
         print(f"warning: {len(samples) - kept} of {len(samples)} samples were over --max-length {args.max_length} "
               "tokens and were dropped", file=sys.stderr)
@@ -89,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 def train_lora(llm: TransformersLLM, samples: list[dict], out: Path, args: argparse.Namespace
                ) -> tuple[list[dict], int]:
     """LoRA on every linear projection of ``llm``'s model, trained on the samples' completions; saves ``adapter/``
-    and ``merged/`` under ``out``; returns the trainer's log (loss per logging step) and the samples it kept (trl
-    drops those whose completion the ``max_length`` cut removed)."""
+    and ``merged/`` under ``out``; returns the trainer's log (loss per logging step) and the samples it kept (those
+    of at most ``max_length`` tokens, prompt and target)."""
     import torch
     from datasets import Dataset as HFDataset
     from peft import LoraConfig
@@ -102,20 +106,29 @@ def train_lora(llm: TransformersLLM, samples: list[dict], out: Path, args: argpa
         model.hf_quantizer, model.is_quantized = None, False  # the trainer would refuse to train
         del model.config.quantization_config
     tokenizer.padding_side = "right"  # training pads on the right; generation (TransformersLLM) on the left
-    # one sample at a time, its gradients accumulated over the batch, its activations recomputed in the backward
-    # pass: four 2,560-token samples at once, activations kept, took over 24 GB and were killed
-    config = SFTConfig(output_dir=str(out / "checkpoints"), max_steps=args.max_steps, per_device_train_batch_size=1,
-                       gradient_accumulation_steps=args.batch_size, activation_checkpointing=True,
-                       learning_rate=args.learning_rate, max_length=args.max_length,
-                       logging_steps=max(1, args.max_steps // 20), save_strategy="no", report_to="none",
-                       seed=args.seed, use_cpu=not torch.cuda.is_available(), disable_tqdm=args.quiet)
     lora = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.05, target_modules="all-linear",
                       task_type="CAUSAL_LM")
-    data = HFDataset.from_list([{"prompt": s["prompt"], "completion": s["completion"]} for s in samples])
+    fit = [s for s in samples  # whole, as trl tokenizes them: a sample cut at max_length would train on part of
+           # its target (trl drops only one whose target is cut away entirely)
+           if len(tokenizer.apply_chat_template(s["prompt"] + s["completion"], tokenize=True, return_dict=True)
+                  ["input_ids"]) <= args.max_length]
+    if not fit:
+        raise ValueError(f"--max-length: every sample is longer than {args.max_length} tokens")
+    data = HFDataset.from_list([{"prompt": s["prompt"], "completion": s["completion"]} for s in fit])
     if args.quiet:
         logging.set_verbosity_error()
-    trainer = SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer, peft_config=lora)
-    trainer.train()
+    with tempfile.TemporaryDirectory(prefix="assomem-finetune-") as scratch:  # the trainer's output_dir: it saves
+        # nothing there (save_strategy "no"), but makes it. One sample at a time, its gradients accumulated over
+        # the batch, its activations recomputed in the backward pass: four 2,560-token samples at once, activations
+        # kept, took over 24 GB and were killed
+        config = SFTConfig(output_dir=scratch, max_steps=args.max_steps, per_device_train_batch_size=1,
+                           gradient_accumulation_steps=args.batch_size, activation_checkpointing=True,
+                           learning_rate=args.learning_rate, max_length=args.max_length,
+                           logging_steps=max(1, args.max_steps // 20), save_strategy="no", report_to="none",
+                           seed=args.seed, use_cpu=not torch.cuda.is_available(), disable_tqdm=args.quiet)
+        trainer = SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer,
+                             peft_config=lora)
+        trainer.train()
     trainer.model.save_pretrained(out / "adapter")
     merged = trainer.model.merge_and_unload()
     merged.save_pretrained(out / "merged")

@@ -4,8 +4,13 @@ Per training question two samples, each the generation prompt the answer pipelin
 memory context, and the multi-task target (``TARGET_FORMAT``: the question type, then the answer):
 
 - **mixed**: the question's evidence utterances among its hardest negatives (the best-ranked utterances that are not
-  evidence: what retrieval confuses with the answer), shuffled, ``context`` utterances in all; target: its answer;
+  evidence and do not hold its reference answer: what retrieval confuses with the answer), shuffled, ``context``
+  utterances in all; target: its answer;
 - **negative-only**: ``context`` hardest negatives alone; target: its type and "IDK" (the answer is not there).
+
+A turn that is not labelled evidence may still say the answer (a meeting repeats who takes which task; by BM25's
+rankings, MeetingQA's hardest negatives held the reference verbatim for 27 of its 235 training questions): one whose
+words hold the reference's, as ``answer.scores.normalize_answer`` reads both, is no negative.
 
 Abstention questions give only a negative-only sample (their answer is "not in the memory" whatever is shown),
 with or without a reference (LoCoMo's category 5 holds only its trap answer). Other questions without a reference
@@ -24,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from ..answer.context import PromptMaker
+from ..answer.scores import normalize_answer
 from ..prompts import TARGET_FORMAT
 from ..memory import Dataset
 
@@ -74,7 +80,9 @@ def denoising_samples(ds: Dataset, rankings: Sequence[np.ndarray], questions: Se
             continue
         qtype = q.type or "unknown"
         evidence = [int(r) for r in q.evidence]
-        negatives = [int(r) for r in rankings[i] if r not in evidence and r not in hidden][:context]
+        answer = None if q.abstention else f" {normalize_answer(q.answer)} "
+        negatives = [int(r) for r in rankings[i] if r not in evidence and r not in hidden
+                     and (answer is None or answer not in f" {normalize_answer(ds.bank.utt_texts[r])} ")][:context]
         contexts = [("negative-only", negatives, IDK)]
         if not q.abstention:
             mixed = evidence[:context] + negatives[: context - len(evidence[:context])]

@@ -152,7 +152,7 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
             raise HTTPException(403, "authorization: not the admin key")
 
     def bad_input(exc: Exception) -> HTTPException:
-        return HTTPException(422, str(exc).strip("'\""))
+        return HTTPException(422, str(exc))
 
     @app.exception_handler(UnknownTenant)
     async def unknown_tenant(_: Request, exc: UnknownTenant) -> JSONResponse:  # deleted while the request ran

@@ -7,6 +7,7 @@ then (429: too busy; 503: no LLM for ``answer``; 5xx) → ``RuntimeError``.
 """
 from __future__ import annotations
 
+from datetime import date
 from typing import Any, Iterable, Mapping
 from urllib.parse import quote
 
@@ -71,12 +72,19 @@ class MemoryClient:
     def search(self, questions: str | list[str], k: int = 10, **filters) -> list:
         """As ``MemoryIndex.search``: hits for one question, or a list of them for several."""
         single = isinstance(questions, str)
-        body = {"questions": [questions] if single else list(questions), "k": k, **filters}
+        body = {"questions": [questions] if single else list(questions), "k": k, **_dates_as_text(filters)}
         results = [[Hit(**h) for h in hits] for hits in self._call("POST", "/v1/search", json=body)["results"]]
         return results[0] if single else results
 
     def answer(self, question: str, k: int = 6, **options) -> Answer:
         """As ``MemoryIndex.answer`` with the server's LLM (``question_date``, ``sessions``, ``since``, ``until``,
         ``max_new_tokens``)."""
-        out = self._call("POST", "/v1/answer", json={"question": question, "k": k, **options})
+        out = self._call("POST", "/v1/answer", json={"question": question, "k": k, **_dates_as_text(options)})
         return Answer(out["answer"], [Hit(**h) for h in out["hits"]], out["prompt"])
+
+
+def _dates_as_text(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with each ``datetime`` or ``date`` in ISO 8601, as ``MemoryIndex`` reads both (a naive datetime
+    is then refused, naming its field, as in process)."""
+    return {name: value.isoformat() if isinstance(value, date) else value  # (a datetime is a date)
+            for name, value in options.items()}
