@@ -264,12 +264,13 @@ def test_a_session_id_with_other_content_is_kept_apart_for_its_question(tmp_path
     changed = [{"role": "user", "content": "Max is a beagle.", "has_answer": True}]
     lme_items[1]["haystack_sessions"][0] = changed  # q2's shared_dog differs from q1's
     lme_items[1]["answer_session_ids"] = ["shared_dog"]
+    lme_items.append({**lme_items[1], "question_id": "q4"})  # q4 holds q2's: one copy for both
     path = tmp_path / "apart.json"
     path.write_text(json.dumps(lme_items))
     with pytest.warns(DataFormatWarning, match="1 haystack session.* question 'q2', session 'shared_dog'"):
         ds = load_dataset(f"longmemeval:{path}")
-    q1, q2, _ = ds.questions
-    assert ds.bank.n_sessions == 8
+    q1, q2, _, q4 = ds.questions
+    assert ds.bank.n_sessions == 8 and list(ds.memories[q4.memory].sessions) == list(ds.memories[q2.memory].sessions)
     assert ids(ds, ds.memory_utterances(q2.memory))[:2] == ["shared_dog:0", "answer_s2:0"]
     assert [ds.bank.utt_texts[i] for i in ds.memory_utterances(q2.memory)][0] == "Max is a beagle."
     assert [ds.bank.utt_texts[i] for i in ds.memory_utterances(q1.memory)][2] == "I adopted a beagle puppy named Max " \
@@ -323,3 +324,7 @@ def test_locomo_as_the_public_file_writes_it(tmp_path, locomo_samples):
     path.write_text(json.dumps(locomo_samples + [locomo_samples[1]]))
     with pytest.raises(DataFormatError, match=r"record 2 \(conv-2\), field 'sample_id': duplicate sample_id"):
         load_dataset(f"locomo:{path}")
+    path.write_text(json.dumps(locomo_samples))  # every conversation repeats D1:1: growing one would repeat ids
+    with pytest.raises(ValueError, match=r"only 0 distractor sessions available \(2 sessions hold utterance ids that "
+                                         r"another session holds too"):
+        load_dataset(f"locomo:{path}", haystack_sessions=4)

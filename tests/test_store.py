@@ -677,6 +677,12 @@ def test_an_export_imports_again_whole_and_a_bad_record_is_named(tmp_path):
     done = store("import", "--tenant", "t", "--dataset", f"jsonl:{broken}")
     assert done.returncode == 2 and "session 'n1'" in done.stderr and "date" in done.stderr
     assert store("import", "--tenant", "t", "--dataset", f"jsonl:{source}", "--limit", "0").returncode == 2
+    repeated = tmp_path / "repeated.jsonl"  # an id in two sessions (as LoCoMo's dia_ids): refused before any write
+    repeated.write_text("\n".join(json.dumps({**x, "memory": f"m{i}", "utterances": [{"id": "d1", "text": "hi"}]})
+                                  for i, x in enumerate(lines)) + "\n")
+    done = store("import", "--tenant", "fresh", "--dataset", f"jsonl:{repeated}", data="c")
+    assert done.returncode == 2 and "utterance id 'd1' is in sessions 's0' and 's1'" in done.stderr, done.stderr
+    assert "fresh" not in json.loads(store("stats", data="c").stdout)["tenants"]
 
 
 def test_a_new_tenant_never_inherits_a_deleted_ones_files(tmp_path):

@@ -12,9 +12,9 @@ def expand_haystacks(ds: Dataset, n_sessions: int, seed: int = 0) -> Dataset:
     """Each memory padded to ``n_sessions`` with distractor sessions of other memories, dated inside its own range.
 
     Distractors are never sessions that any question counts as evidence, nor sessions that share an utterance id
-    with another session of the bank (a LongMemEval session kept apart, or LoCoMo's ``dia_id`` values, which every
-    conversation repeats), so a memory never holds an id twice. The draw for a memory depends only on ``seed`` and
-    the ids of the questions asking it, so a subset of questions gets the same haystacks.
+    with another session of the bank (a LongMemEval session kept apart), so a memory never holds an id twice: a
+    LoCoMo file, whose ``dia_id`` values every conversation repeats, cannot be grown. The draw for a memory depends
+    only on ``seed`` and the ids of the questions asking it, so a subset of questions gets the same haystacks.
     """
     if n_sessions < 1:
         raise ValueError(f"haystack size must be positive, got {n_sessions}")
@@ -23,7 +23,8 @@ def expand_haystacks(ds: Dataset, n_sessions: int, seed: int = 0) -> Dataset:
         evidence.update(utt_session[q.evidence].tolist())
         if q.evidence_sessions is not None:
             evidence.update(q.evidence_sessions.tolist())
-    pool = np.asarray(sorted(set(range(ds.bank.n_sessions)) - evidence - _sharing_ids(ds)), dtype=np.int64)
+    sharing = _sharing_ids(ds)
+    pool = np.asarray(sorted(set(range(ds.bank.n_sessions)) - evidence - sharing), dtype=np.int64)
     askers: dict[int, list[str]] = {}
     for q in ds.questions:
         askers.setdefault(q.memory, []).append(q.id)
@@ -35,7 +36,9 @@ def expand_haystacks(ds: Dataset, n_sessions: int, seed: int = 0) -> Dataset:
             continue
         free = np.setdiff1d(pool, mem.sessions, assume_unique=True)
         if len(free) < need:
-            raise ValueError(f"only {len(free)} distractor sessions available, memory {m} needs {need}")
+            why = f" ({len(sharing)} sessions hold utterance ids that another session holds too, and are never drawn)" \
+                if sharing else ""
+            raise ValueError(f"only {len(free)} distractor sessions available{why}, memory {m} needs {need}")
         key = hashlib.sha256(f"{seed}|{'|'.join(sorted(askers.get(m, [str(m)])))}".encode()).digest()
         rng = np.random.default_rng(int.from_bytes(key[:8], "little"))
         extra = rng.choice(free, size=need, replace=False)

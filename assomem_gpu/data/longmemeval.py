@@ -1,9 +1,10 @@
 """LongMemEval (S, M, oracle; ``.json`` or ``.json.gz``): one memory per question, sessions pooled across haystacks.
 
 Utterance id ``"<session_id>:<turn_index>"`` (0-based over all turns); evidence = turns with ``has_answer: true``.
-A session id that a later haystack holds with other content is kept apart for that question (its utterance ids
-the same: each memory holds one of them), and a date that cannot be read is taken as undated; each is reported
-once per file (``DataFormatWarning``). Texts have lone surrogates repaired (``_io.prose``).
+A session id that a later haystack holds with other content is kept apart (one copy for each other content, which
+every haystack holding that content shares; its utterance ids the same: each memory holds one of them), and a date
+that cannot be read is taken as undated; each is reported once per file (``DataFormatWarning``). Texts have lone
+surrogates repaired (``_io.prose``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def load_longmemeval(path: str) -> Dataset:
     if not isinstance(items, list):
         raise DataFormatError(path, f"expected a JSON list of questions, got {type(items).__name__}")
     bank, memories, questions, seen = MemoryBank(), [], [], set()
-    unread, apart = [], []  # dates not read; (question, session id) of sessions kept apart
+    unread, apart, copies = [], [], {}  # dates not read; (question, session id) of each copy kept apart; their names
     for n, item in enumerate(items):
         rec = n
         qid = field(path, rec, item, "question_id", str)
@@ -46,16 +47,11 @@ def load_longmemeval(path: str) -> Dataset:
                 where = f"{rec}, session {sid!r} turn {t}"
                 turns.append((f"{sid}:{t}", prose(path, where, turn, "role"), prose(path, where, turn, "content")))
             date = timestamp(path, rec, {"haystack_dates": dates[j]}, "haystack_dates", unread)
-            try:  # (a session this haystack lists again must be the one it listed)
-                row = bank.add_session(bank.session_ids[here[sid]] if sid in here else sid, date, turns)
+            try:
+                row, made = _session_row(bank, sid, qid, date, turns, here, copies)
             except ValueError as exc:
-                if sid in here:
-                    raise DataFormatError(path, f"session {sid!r} is listed twice with different content", rec,
-                                          "haystack_sessions") from exc
-                try:  # another haystack's session of this id differs: this question's own copy
-                    row = bank.add_session(f"{sid}@{qid}", date, turns)
-                except ValueError as exc:
-                    raise DataFormatError(path, str(exc), rec, "haystack_sessions") from exc
+                raise DataFormatError(path, str(exc), rec, "haystack_sessions") from exc
+            if made:
                 apart.append((qid, sid))
             here.setdefault(sid, row)
             rows.append(row)
@@ -81,3 +77,24 @@ def load_longmemeval(path: str) -> Dataset:
                       f"that an earlier question's haystack holds, and are kept apart for their question; the first: "
                       f"question {apart[0][0]!r}, session {apart[0][1]!r}", DataFormatWarning, stacklevel=2)
     return Dataset("longmemeval", bank, memories, questions)
+
+
+def _session_row(bank: MemoryBank, sid: str, qid: str, date: float, turns: list, here: dict[str, int],
+                 copies: dict[str, list[str]]) -> tuple[int, bool]:
+    """The bank row of session ``sid`` of question ``qid``'s haystack, and whether a copy was made for it: the
+    session this haystack listed under that id already (``here``), else the bank's session of that id or a copy kept
+    apart for another question (``copies``: their names by id) that holds the same turns, else a new copy
+    ``"<sid>@<qid>"``. ``ValueError`` where the haystack lists an id twice with other turns."""
+    if sid in here:
+        try:
+            return bank.add_session(bank.session_ids[here[sid]], date, turns), False
+        except ValueError:
+            raise ValueError(f"session {sid!r} is listed twice with different content") from None
+    for name in [sid, *copies.get(sid, [])]:
+        try:
+            return bank.add_session(name, date, turns), False
+        except ValueError:
+            pass
+    row = bank.add_session(f"{sid}@{qid}", date, turns)
+    copies.setdefault(sid, []).append(f"{sid}@{qid}")
+    return row, True

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..cli_options import add_dataset_options, check_writable, dataset_from_options
+from ..cli_options import add_dataset_options, check_writable, dataset_from_options, dataset_record
 from ..llm import TransformersLLM, make_llm
 from ..ranking_source import add_rankings_options, rankings_from_options
 from .samples import denoising_samples, split_questions
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: {len(samples) - kept} of {len(samples)} samples were over --max-length {args.max_length} "
               "tokens and were dropped", file=sys.stderr)
     (out / "train.json").write_text(json.dumps({
-        "model": llm.name, "dataset": args.dataset, "samples": len(samples), "samples_kept": kept,
+        "model": llm.name, **dataset_record(args), "samples": len(samples), "samples_kept": kept,
         "train_questions": len(train),
         "heldout_questions": len(held), "settings": {k: getattr(args, k) for k in (
             "context", "max_steps", "batch_size", "learning_rate", "lora_r", "max_length", "seed", "heldout")},

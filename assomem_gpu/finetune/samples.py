@@ -80,9 +80,9 @@ def denoising_samples(ds: Dataset, rankings: Sequence[np.ndarray], questions: Se
             continue
         qtype = q.type or "unknown"
         evidence = [int(r) for r in q.evidence]
-        answer = None if q.abstention else f" {normalize_answer(q.answer)} "
+        says = None if q.abstention else f" {normalize_answer(q.answer)} "  # the reference's words
         negatives = [int(r) for r in rankings[i] if r not in evidence and r not in hidden
-                     and (answer is None or answer not in f" {normalize_answer(ds.bank.utt_texts[r])} ")][:context]
+                     and (says is None or says not in f" {normalize_answer(ds.bank.utt_texts[r])} ")][:context]
         contexts = [("negative-only", negatives, IDK)]
         if not q.abstention:
             mixed = evidence[:context] + negatives[: context - len(evidence[:context])]

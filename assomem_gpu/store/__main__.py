@@ -63,9 +63,7 @@ def _import(store, args) -> int:
         raise ValueError(f"--limit: at least 1 session, got {args.limit}")
     ds = load_dataset(args.dataset)
     bank = ds.bank
-    if args.tenant not in store.tenants():
-        store.create_tenant(args.tenant)
-    held = set(store.session_ids(args.tenant))
+    held = set(store.session_ids(args.tenant)) if args.tenant in store.tenants() else set()
     records = []
     for s in range(bank.n_sessions):
         turns = [{"id": bank.utt_ids[u], "speaker": bank.utt_speakers[u], "text": bank.utt_texts[u]}
@@ -76,6 +74,15 @@ def _import(store, args) -> int:
             records.append({"id": sid, "date": None if math.isnan(date) else date, "utterances": turns,
                             "metadata": ds.session_metadata.get(sid, {})})
     records = records[: args.limit]
+    first: dict[str, str] = {}  # a tenant holds an utterance id once: refused before anything is written
+    for record in records:
+        for utt in record["utterances"]:
+            if first.setdefault(utt["id"], record["id"]) != record["id"]:
+                raise ValueError(f"--dataset: utterance id {utt['id']!r} is in sessions {first[utt['id']]!r} and "
+                                 f"{record['id']!r}, and a tenant holds an id once (LoCoMo's dia_ids repeat in every "
+                                 "conversation; a LongMemEval session kept apart repeats its ids)")
+    if args.tenant not in store.tenants():
+        store.create_tenant(args.tenant)
     for lo in range(0, len(records), CHUNK):
         try:
             store.add_sessions(args.tenant, records[lo : lo + CHUNK])
