@@ -324,6 +324,7 @@ def test_locomo_as_the_public_file_writes_it(tmp_path, locomo_samples):
     path.write_text(json.dumps(locomo_samples + [locomo_samples[1]]))
     with pytest.raises(DataFormatError, match=r"record 2 \(conv-2\), field 'sample_id': duplicate sample_id"):
         load_dataset(f"locomo:{path}")
+    conv["session_10_date_time"] = "8:00 pm on 30 September, 2023"
     path.write_text(json.dumps(locomo_samples))  # every conversation repeats D1:1: growing one would repeat ids
     with pytest.raises(ValueError, match=r"only 0 distractor sessions available \(2 sessions hold utterance ids that "
                                          r"another session holds too"):
