@@ -74,8 +74,9 @@ def load_longmemeval(path: str) -> Dataset:
     warn_unread(path, unread)
     if apart:
         warnings.warn(f"{path}: {len(apart)} haystack session(s) hold other content than the session of the same id "
-                      f"that an earlier question's haystack holds, and are kept apart for their question; the first: "
-                      f"question {apart[0][0]!r}, session {apart[0][1]!r}", DataFormatWarning, stacklevel=2)
+                      f"that an earlier question's haystack holds, and are kept apart (one copy for each other "
+                      f"content); the first: question {apart[0][0]!r}, session {apart[0][1]!r}", DataFormatWarning,
+                      stacklevel=2)
     return Dataset("longmemeval", bank, memories, questions)
 
 
