@@ -10,6 +10,7 @@ from .graph import GraphConfig
 # the signals: at most as many as the fused top-K kernels take (kernels/fused_topk.py, MAX_SIGNALS)
 SIGNALS = ("relevance", "importance", "temporal", "lexical", "context", "session", "lexical_context",
            "user_relevance", "reply")
+BM25_SIGNALS = frozenset({"lexical", "lexical_context", "reply"})  # the signals that read the memory's BM25 index
 CLUE_MODES = ("keywords", "centroid", "llm")
 WEIGHT_TEMPERATURES = (0.05, 0.1, 0.2, 0.5, 1.0)  # a span of T_w to choose from: sharp (one signal per type) to
 # near-equal weights (README, Method notes, Fusion)

@@ -12,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .assomem import AssoMem
+from .config import BM25_SIGNALS
 from .fusion import FusionModel
 from .encode import prompted
 from .retrieve import EmbeddedDataset
@@ -136,7 +137,7 @@ def reference_top(data: EmbeddedDataset, question: int, method: AssoMem, fusion:
     q_emb = data.questions[question]
     rel = data.utterances[utterances] @ q_emb
     bm25 = (_bm25(graphs, ds, q.memory, utterances).scores([q.text])[0]
-            if {"lexical", "lexical_context", "reply"} & set(cfg.signals) else None)  # every utterance's BM25 score
+            if BM25_SIGNALS & set(cfg.signals) else None)  # every utterance's BM25 score
     session = ds.bank.utt_session()[utterances]  # each utterance's session
     if cfg.clues and n_c:
         best = np.array([rel[utt_clue == c].max() for c in range(n_c)])

@@ -17,7 +17,7 @@ import numpy as np
 
 from .clue_vectors import ClueVectors
 from .clues import clue_embeddings, clue_texts
-from .config import AssoMemConfig
+from .config import BM25_SIGNALS, AssoMemConfig
 from .encode import Encoder, prompted
 from .graph import ClueState, MemoryGraph, UttSearch, assemble, build_graph, graph_of, grow_graph, shrink_graph
 from .ivf import Codebook
@@ -70,7 +70,7 @@ class MemoryState:
         self.clue_emb = Rows((dim,))  # per session: its own clue, before merging
         self._full: MemoryGraph | None = None  # with clue nodes, whatever config.clues says
         self.graph: MemoryGraph | None = None  # what PPR and candidates read
-        self.lexical = BM25Index() if {"lexical", "lexical_context", "reply"} & set(config.signals) else None
+        self.lexical = BM25Index() if BM25_SIGNALS & set(config.signals) else None
         self.context = Rows(dtype=np.float32) if "context" in config.signals else None  # per utterance: its context
         # norm (signals/context.py)
         self._time_marks = Rows(dtype=np.int8)  # per utterance: its time mark (signals.temporal.time_mark)
