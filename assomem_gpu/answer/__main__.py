@@ -17,7 +17,7 @@ import numpy as np
 
 from ..cli_options import add_dataset_options, check_writable, dataset_from_options
 from ..eval.plots import recall_curve
-from ..llm import LLM, ResponseCache, cached_chat, make_llm
+from ..llm import LLM, ResponseCache, cached_chat, fitting, make_llm
 from ..memory import Dataset
 from ..prompts import ANSWER_TOKENS, final_answer
 from ..ranking_source import add_rankings_options, rankings_from_options
@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
               "judge": judge_llm.name if judge_llm else None,
               "max_new_tokens": args.max_new_tokens, "k": args.k, "ks": ks,
               "by_k": {str(k): v for k, v in by_k.items()},
+              "trimmed": {str(k): sum(len(used) < min(k, len(ranked)) for (_, used), ranked in zip(p, rankings))
+                          for k, (p, _, _) in answered.items()},
               "timing": {"prepare_s": round(prepare_s, 3), "generate_s": round(generate_s, 3),
                          "judge_s": round(judge_s, 3), "answers": len(ds.questions) * len(ks), "generated": generated,
                          "s_per_generated": round(generate_s / generated, 4) if generated else None,
@@ -116,7 +118,7 @@ def answer_at(ds: Dataset, rankings: list[np.ndarray], ks: list[int], llm: LLM, 
     make = PromptMaker(ds)
     recall = recall_curve(ds, rankings, ks) if any(len(q.evidence) for q in ds.questions) else [None] * len(ks)
     for k, r_at_k in zip(ks, recall):
-        prompts = make.top_k(rankings, k)
+        prompts = make.top_k(rankings, k, fits=lambda ps: fitting(llm, ps, args.max_new_tokens))
         t1 = time.perf_counter()
         replies = cached_chat(llm, [p for p, _ in prompts], args.max_new_tokens, cache, progress=not args.quiet,
                               desc=f"answers k={k}", asked=generated)
@@ -158,6 +160,9 @@ def print_summary(report: dict) -> None:
     Console().print(table)
     t = report["timing"]
     print(f"answers generated: {t['generated']} of {t['answers']}, {t['s_per_generated']} s each")
+    for k, n in report["trimmed"].items():
+        if n:
+            print(f"k={k}: {n} prompts over fewer utterances, the most that fit the LLM's context")
 
 
 def pct(x: float | None) -> str:

@@ -2,12 +2,12 @@
 the question's memory and its speaker, in the paper's generation prompt."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ..memory import Dataset
-from ..prompts import day, generation_prompt
+from ..prompts import day, generation_prompt, most_that_fit
 
 
 class PromptMaker:
@@ -24,11 +24,21 @@ class PromptMaker:
         shown = [(day(when.get(int(self._utt_session[r]))), bank.utt_speakers[r], bank.utt_texts[r]) for r in rows]
         return generation_prompt(q.text, shown, day(q.date))
 
-    def top_k(self, rankings: Sequence[np.ndarray], k: int) -> list[tuple[str, list[str]]]:
+    def top_k(self, rankings: Sequence[np.ndarray], k: int, fits: Callable[[Sequence[str]], list[bool]] | None = None
+              ) -> list[tuple[str, list[str]]]:
         """Per question (dataset order): the prompt over its ranking's first ``k`` utterances (bank rows), and their
-        ids."""
+        ids. ``fits`` (which prompts fit the LLM, ``llm.fitting``): a prompt that does not is over as many of them as
+        fit (``prompts.most_that_fit``), and the ids are of those."""
         tops = [[int(r) for r in ranked[:k]] for ranked in rankings]
-        return [(self(i, top), [self.ds.bank.utt_ids[r] for r in top]) for i, top in enumerate(tops)]
+        prompts = [self(i, top) for i, top in enumerate(tops)]
+        for i, ok in enumerate(fits(prompts) if fits else []):
+            if not ok:
+                try:
+                    m = most_that_fit(lambda m: self(i, tops[i][:m]), len(tops[i]), lambda p: fits([p])[0])
+                except ValueError as exc:
+                    raise ValueError(f"question {self.ds.questions[i].id!r}: {exc}") from None
+                tops[i], prompts[i] = tops[i][:m], self(i, tops[i][:m])
+        return [(p, [self.ds.bank.utt_ids[r] for r in top]) for p, top in zip(prompts, tops)]
 
 
 def question_prompts(ds: Dataset, rankings: Sequence[np.ndarray], k: int) -> list[tuple[str, list[str]]]:
