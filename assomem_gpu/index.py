@@ -306,13 +306,13 @@ class MemoryIndex:
             raise ValueError(f"max_new_tokens: must be a positive integer, got {max_new_tokens!r}")
         model = make_llm(llm) if isinstance(llm, str) else llm
         asked = _question_dates(question_date, 1, self.dated)[0]
-        hits = self.search(question, k, asked, sessions, since, until)
+        found = self.search(question, k, asked, sessions, since, until)
 
         def prompt_of(n: int) -> str:
-            return generation_prompt(question, [(h.date and h.date[:10], h.speaker, h.text) for h in hits[:n]],
+            return generation_prompt(question, [(h.date and h.date[:10], h.speaker, h.text) for h in found[:n]],
                                      day(asked))
 
-        hits = hits[: most_that_fit(prompt_of, len(hits), lambda p: fitting(model, [p], max_new_tokens)[0])]
+        hits = found[: most_that_fit(prompt_of, len(found), lambda p: fitting(model, [p], max_new_tokens)[0])]
         prompt = prompt_of(len(hits))
         try:
             (reply,) = model.chat([prompt], max_new_tokens)

@@ -46,54 +46,81 @@ def bundled_smollm2() -> tuple[Path, str]:
 
 class TransformersLLM:
     """A chat model run locally by transformers: greedy decoding of up to ``batch_size`` prompts at a time (left
-    padded). The weights load on the first ``chat`` and stay, so a run whose replies are all cached never loads them.
-    Calls from several threads take turns (one generation at a time uses every core already). A prompt whose tokens
-    and ``max_new_tokens`` exceed the model's context (``max_position_embeddings``) raises ``ValueError`` before any
-    is generated, as an endpoint refuses one (transformers would run it past its positions, for minutes, and reply
-    with noise); ``fits`` tells beforehand which do (answers show a prompt the best utterances that fit:
+    padded), in a context of the model's ``max_position_embeddings`` tokens, or ``context`` where smaller (prompt and
+    reply; on a CPU an answer waits mostly for its prompt: over a minute for 8,000 tokens of SmolLM2 on 2 cores). The
+    weights load on the first ``chat`` and stay, so a run whose replies are all cached never loads them. Calls from
+    several threads take turns (one generation at a time uses every core already). A prompt whose tokens and
+    ``max_new_tokens`` exceed the context raises ``ValueError`` before any is generated, as an endpoint refuses one
+    (transformers would run it past its positions, for minutes, and reply with noise); ``fits`` tells beforehand which
+    do, from the tokenizer and the config alone (answers show a prompt the best utterances that fit:
     ``prompts.most_that_fit``).
     """
 
-    def __init__(self, model: str | Path, gguf_file: str | None = None, batch_size: int = 8):
+    def __init__(self, model: str | Path, gguf_file: str | None = None, batch_size: int = 8,
+                 context: int | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        self.model_ref, self.gguf_file, self.batch_size = model, gguf_file, batch_size
+        if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
+            raise ValueError(f"context: a positive number of tokens, got {context!r}")
+        self.model_ref, self.gguf_file, self.batch_size, self.context = model, gguf_file, batch_size, context
         self.name = f"transformers:{_model_identity(Path(str(model)) / gguf_file if gguf_file else model)}"
-        self._loaded = None
-        self._lock = threading.Lock()
+        self._read, self._loaded = None, None
+        self._lock = threading.Lock()  # one generation at a time
+        self._reading = threading.Lock()  # one tokenizer call at a time (a fast tokenizer's state is not shared)
+
+    def _kw(self) -> dict:
+        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+    def _reader(self):
+        """(tokenizer, config), loaded once: enough to tell a prompt's length and the context, without the weights;
+        ``RuntimeError`` naming the model when they cannot be loaded."""
+        with self._reading:
+            if self._read is None:
+                from transformers import AutoConfig, AutoTokenizer
+                from transformers.utils import logging
+
+                logging.disable_progress_bar()
+                try:
+                    tokenizer = AutoTokenizer.from_pretrained(self.model_ref, padding_side="left", **self._kw())
+                    config = AutoConfig.from_pretrained(self.model_ref, **self._kw())
+                except (OSError, ValueError, ImportError) as exc:
+                    raise RuntimeError(f"cannot load the LLM {self.model_ref} {self.gguf_file or ''}: {exc}") from exc
+                if tokenizer.pad_token is None:
+                    tokenizer.pad_token = tokenizer.eos_token
+                self._read = (tokenizer, config)
+            return self._read
 
     def load(self):
-        """(tokenizer, model), loaded once; ``RuntimeError`` naming the model when they cannot be loaded."""
+        """(tokenizer, model), loaded once (the model on the reader's config: one context for both);
+        ``RuntimeError`` naming the model when they cannot be loaded."""
         if self._loaded is None:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-            from transformers.utils import logging
+            from transformers import AutoModelForCausalLM
 
-            logging.disable_progress_bar()
-            kw = {"gguf_file": self.gguf_file} if self.gguf_file else {}
+            tokenizer, config = self._reader()
             try:
-                tokenizer = AutoTokenizer.from_pretrained(self.model_ref, padding_side="left", **kw)
-                model = AutoModelForCausalLM.from_pretrained(self.model_ref, **kw).eval()
+                model = AutoModelForCausalLM.from_pretrained(self.model_ref, config=config, **self._kw()).eval()
             except (OSError, ValueError, ImportError) as exc:
                 raise RuntimeError(f"cannot load the LLM {self.model_ref} {self.gguf_file or ''}: {exc}") from exc
-            if tokenizer.pad_token is None:
-                tokenizer.pad_token = tokenizer.eos_token
             self._loaded = (tokenizer, model)
         return self._loaded
 
-    def _tokens(self, tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-        """Each prompt's token ids as the model reads it (in the chat template, with the generation prompt)."""
-        texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                               tokenize=False) for p in prompts]
-        return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    def _tokens(self, prompts: Sequence[str]) -> tuple[list[list[int]], int | None]:
+        """Each prompt's token ids as the model reads it (in the chat template, with the generation prompt), and the
+        context in tokens: the model's (``max_position_embeddings``), or ``context`` where that is smaller; None where
+        neither names one."""
+        tokenizer, config = self._reader()
+        with self._reading:
+            texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                                   tokenize=False) for p in prompts]
+            ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        limits = [n for n in (getattr(config, "max_position_embeddings", None), self.context) if n is not None]
+        return ids, min(limits, default=None)
 
     def fits(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[bool]:
         """Whether each prompt's tokens and ``max_new_tokens`` fit the model's context (every one, where its config
-        names none)."""
-        with self._lock:
-            tokenizer, model = self.load()
-            context = getattr(model.config, "max_position_embeddings", None)
-            return [context is None or len(ids) + max_new_tokens <= context
-                    for ids in self._tokens(tokenizer, prompts)]
+        names none). Reads the tokenizer and the config only: no weights load, no generation is waited for."""
+        tokens, context = self._tokens(prompts)
+        return [context is None or len(ids) + max_new_tokens <= context for ids in tokens]
 
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]:
         import torch
@@ -101,14 +128,14 @@ class TransformersLLM:
         out = []
         with self._lock, torch.inference_mode():
             tokenizer, model = self.load()
-            tokens = self._tokens(tokenizer, prompts)
-            context = getattr(model.config, "max_position_embeddings", None)
+            tokens, context = self._tokens(prompts)
             for ids in tokens if context else []:
                 if len(ids) + max_new_tokens > context:
                     raise ValueError(f"prompt: its {len(ids)} tokens and max_new_tokens {max_new_tokens} exceed the "
                                      f"model's context of {context} tokens")
             for lo in range(0, len(tokens), self.batch_size):
-                enc = tokenizer.pad({"input_ids": tokens[lo : lo + self.batch_size]}, return_tensors="pt")
+                with self._reading:
+                    enc = tokenizer.pad({"input_ids": tokens[lo : lo + self.batch_size]}, return_tensors="pt")
                 ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                      pad_token_id=tokenizer.pad_token_id)
                 width = enc["input_ids"].shape[1]

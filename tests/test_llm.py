@@ -91,6 +91,18 @@ def test_a_prompt_over_the_models_context_is_refused_before_any_generation(smoll
     assert smollm2.chat(["Name one colour."], 4)  # the same model answers a prompt that fits
 
 
+def test_a_fit_is_told_without_the_weights():
+    from assomem_gpu.llm import bundled_smollm2
+
+    llm = TransformersLLM(*bundled_smollm2(), context=600)
+    prompts = ["Name one colour.", "one two three four five six seven eight nine ten " * 60]  # ~600 tokens
+    assert llm.fits(prompts, 8) == [True, False]
+    assert make_llm("smollm2").fits(prompts, 8) == [True, True]  # the model's own 8,192
+    assert llm._loaded is None  # the tokenizer and the config told it: no weights loaded
+    with pytest.raises(ValueError, match="context: a positive number of tokens"):
+        TransformersLLM(*bundled_smollm2(), context=0)
+
+
 def test_llm_clue_mode_feeds_the_graph(tmp_path, monkeypatch, smollm2, two_sessions):
     monkeypatch.setenv("ASSOMEM_CACHE_DIR", str(tmp_path / "cache"))
     llm_clues(two_sessions.bank, smollm2, progress=False)  # warm the clue cache the method will read

@@ -35,8 +35,9 @@ class PromptMaker:
             if not ok:
                 try:
                     m = most_that_fit(lambda m: self(i, tops[i][:m]), len(tops[i]), lambda p: fits([p])[0])
-                except ValueError as exc:
-                    raise ValueError(f"question {self.ds.questions[i].id!r}: {exc}") from None
+                except ValueError:
+                    raise ValueError(f"question {self.ds.questions[i].id!r}: its prompt exceeds the LLM's context "
+                                     "without any utterance") from None
                 tops[i], prompts[i] = tops[i][:m], self(i, tops[i][:m])
         return [(p, [self.ds.bank.utt_ids[r] for r in top]) for p, top in zip(prompts, tops)]
 
