@@ -132,7 +132,7 @@ class TransformersLLM:
             for ids in tokens if context else []:
                 if len(ids) + max_new_tokens > context:
                     raise ValueError(f"prompt: its {len(ids)} tokens and max_new_tokens {max_new_tokens} exceed the "
-                                     f"model's context of {context} tokens")
+                                     f"context of {context} tokens")
             for lo in range(0, len(tokens), self.batch_size):
                 with self._reading:
                     enc = tokenizer.pad({"input_ids": tokens[lo : lo + self.batch_size]}, return_tensors="pt")

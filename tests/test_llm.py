@@ -85,7 +85,7 @@ def test_a_prompt_over_the_models_context_is_refused_before_any_generation(smoll
     """As an endpoint refuses it: transformers would run it past the model's positions for minutes and reply with
     noise (a 14,753-token prompt: 149 s on 2 cores)."""
     over = "one two three four five six seven eight nine ten " * 900  # ~9,000 tokens of SmolLM2's 8,192
-    with pytest.raises(ValueError, match=r"prompt: its \d+ tokens and max_new_tokens 8 exceed the model's context of "
+    with pytest.raises(ValueError, match=r"prompt: its \d+ tokens and max_new_tokens 8 exceed the context of "
                                          r"8192 tokens"):
         smollm2.chat(["Name one colour.", over], 8)
     assert smollm2.chat(["Name one colour."], 4)  # the same model answers a prompt that fits
