@@ -51,11 +51,13 @@ def session_metrics(ranked_sessions: np.ndarray, evidence_sessions: np.ndarray, 
 
 
 def mean_by_type(rows: Iterable[tuple[str | None, dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Averages over all rows (key ``"all"``) and per question type; each with ``n``, the questions averaged."""
+    """Averages over all rows (key ``"all"``) and per question type, each key's over the rows that hold it; each with
+    ``n``, the rows."""
     groups: dict[str, list[dict[str, float]]] = defaultdict(list)
     for qtype, metrics in rows:
         groups["all"].append(metrics)
         if qtype is not None:
             groups[qtype].append(metrics)
-    return {name: {"n": len(ms), **{key: float(np.mean([m[key] for m in ms])) for key in ms[0]}}
+    return {name: {"n": len(ms), **{key: float(np.mean([m[key] for m in ms if key in m]))
+                                    for key in dict.fromkeys(k for m in ms for k in m)}}
             for name, ms in groups.items()}

@@ -1,6 +1,7 @@
 """Answers: the paper's prompts over retrieved utterances, EM / token F1 / abstention / the judge's strict verdict, the
 answer CLI against a real OpenAI-compatible server (llama.cpp serving the bundled SmolLM2), and
 ``MemoryIndex.answer`` with the bundled model run by transformers."""
+import gzip
 import json
 
 import numpy as np
@@ -314,3 +315,26 @@ def test_answer_prompts_keep_the_best_utterances_that_fit(lme_file, small_contex
         assert used == all_ten[: len(used)] and len(used) < 10 and small_context.fits([prompt], 700) == [True]
         one_more = make(i, long[: len(used) + 1])
         assert small_context.fits([one_more], 700) == [False]  # the most that fit
+
+
+def test_a_rubric_is_judged_not_matched(tmp_path, answered_lme):
+    """A LongMemEval preference question's answer says what a good reply does: no reply matches it (EM, F1 none), the
+    judge reads it (Acc), and fine-tuning makes no sample of it."""
+    from assomem_gpu.finetune.samples import denoising_samples
+
+    items = json.loads(gzip.decompress(answered_lme.read_bytes()))
+    items[1].update(question_type="single-session-preference",
+                    answer="The user would prefer names that suit a small, curious dog.")
+    path = tmp_path / "rubric.json"
+    path.write_text(json.dumps(items))
+    ds = load_dataset(f"longmemeval:{path}")
+    assert [q.rubric for q in ds.questions] == [False, True, False]
+    reply = "The user would prefer names that suit a small, curious dog."  # the rubric's words: still no match
+    assert score_answers(ds, ["45 minutes each way", reply, "IDK"]).per_question[1] is None
+    scored = score_answers(ds, ["45 minutes each way", "Try Biscuit or Pip!", "IDK"], [True, True, None])
+    assert scored.per_question[1] == {"Acc": 1.0, "judge_errors": 0.0}
+    assert scored.summary["single-session-preference"] == {"n": 1, "Acc": 1.0, "judge_errors": 0.0}
+    assert scored.summary["all"]["n"] == 3 and scored.summary["all"]["EM"] == 1.0  # over q1 and q3 alone
+    assert judged(ds) == [0, 1]
+    rankings = [np.arange(ds.bank.n_utterances)] * len(ds.questions)
+    assert {s["question_id"] for s in denoising_samples(ds, rankings, range(3), context=2)} == {"q1", "q3_abs"}

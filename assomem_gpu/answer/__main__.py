@@ -153,9 +153,9 @@ def print_summary(report: dict) -> None:
         types = [t for t in row if t != "recall"]
         for t in types:
             m = row[t]
-            cells = [str(m["n"]), pct(row["recall"]) if t == "all" else "", pct(m["EM"]), pct(m["F1"])]
+            cells = [str(m["n"]), pct(row["recall"]) if t == "all" else "", pct(m.get("EM")), pct(m.get("F1"))]
             if report["judge"]:
-                cells += [pct(m["Acc"]), pct(m["judge_errors"])]
+                cells += [pct(m.get("Acc")), pct(m.get("judge_errors"))]
             table.add_row(k if t == "all" else "", t, *cells)
     Console().print(table)
     t = report["timing"]

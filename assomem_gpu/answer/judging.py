@@ -19,7 +19,8 @@ from .scores import answer_scores, parse_verdict
 
 @dataclass
 class AnswerScores:
-    per_question: list[dict[str, float] | None]  # EM, F1, and Acc and judge_errors when judged; None: no reference
+    per_question: list[dict[str, float] | None]  # EM, F1 (not for a rubric), and Acc and judge_errors when judged;
+    # None: no reference (or a rubric, unjudged)
     summary: dict[str, dict[str, float]]  # "all" and per type: means and n
 
 
@@ -42,18 +43,19 @@ def judge(ds: Dataset, answers: Sequence[str], llm: LLM, cache: ResponseCache | 
 
 def score_answers(ds: Dataset, answers: Sequence[str], verdicts: Sequence[bool | None] | None = None
                   ) -> AnswerScores:
-    """EM and F1 of each answer (``scores.answer_scores``; LoCoMo's normalisation on LoCoMo) and, with ``verdicts``,
-    Acc: 1 for Win, 0 for Lose; a judge error counts as a loss in Acc and is reported apart as ``judge_errors``; an
-    abstention question's Acc is its EM."""
+    """EM and F1 of each answer (``scores.answer_scores``; LoCoMo's normalisation on LoCoMo; none for a rubric,
+    which no reply matches) and, with ``verdicts``, Acc: 1 for Win, 0 for Lose; a judge error counts as a loss in Acc
+    and is reported apart as ``judge_errors``; an abstention question's Acc is its EM. The means of each score are over
+    the questions that have it."""
     style = "locomo" if ds.name == "locomo" else "squad"
     per_question, typed = [], []
     for i, (q, answer) in enumerate(zip(ds.questions, answers)):
-        m = answer_scores(answer, q.answer, q.abstention, style, q.type)
-        if m is not None and verdicts is not None:
+        m = answer_scores(answer, None if q.rubric else q.answer, q.abstention, style, q.type)
+        if verdicts is not None and (m is not None or (q.rubric and q.answer is not None)):
             if q.abstention:
                 m = {**m, "Acc": m["EM"], "judge_errors": 0.0}
             else:
-                m = {**m, "Acc": float(verdicts[i] is True), "judge_errors": float(verdicts[i] is None)}
+                m = {**(m or {}), "Acc": float(verdicts[i] is True), "judge_errors": float(verdicts[i] is None)}
         per_question.append(m)
         if m is not None:
             typed.append((q.type, m))

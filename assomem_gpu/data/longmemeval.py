@@ -4,7 +4,8 @@ Utterance id ``"<session_id>:<turn_index>"`` (0-based over all turns); evidence 
 A session id that a later haystack holds with other content is kept apart (one copy for each other content, which
 every haystack holding that content shares; its utterance ids the same: each memory holds one of them), and a date
 that cannot be read is taken as undated; each is reported once per file (``DataFormatWarning``). Texts have lone
-surrogates repaired (``_io.prose``).
+surrogates repaired (``_io.prose``). A preference question's answer is a rubric (``Question.rubric``): what a good
+reply does ("The user would prefer responses that suggest ..."), which answers are judged by, not matched with.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import numpy as np
 from ..memory import Dataset, Memory, MemoryBank, Question
 from ._io import field, prose, read_json, repaired, timestamp, warn_unread
 from .errors import DataFormatError, DataFormatWarning
+
+RUBRIC_TYPE = "single-session-preference"  # the question type whose answers are rubrics
 
 
 def load_longmemeval(path: str) -> Dataset:
@@ -69,7 +72,7 @@ def load_longmemeval(path: str) -> Dataset:
             type=field(path, rec, item, "question_type", str, optional=True),
             evidence=np.unique(np.asarray(evidence, dtype=np.int64)), memory=len(memories),
             answer=None if answer is None else repaired(str(answer)), abstention=qid.endswith("_abs"),
-            evidence_sessions=np.asarray(sorted(evidence_sessions), dtype=np.int64)))
+            rubric=item.get("question_type") == RUBRIC_TYPE, evidence_sessions=np.asarray(sorted(evidence_sessions), dtype=np.int64)))
         memories.append(Memory(np.asarray(rows, dtype=np.int64), np.asarray(when, dtype=np.float64)))
     warn_unread(path, unread)
     if apart:

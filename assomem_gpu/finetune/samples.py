@@ -14,7 +14,8 @@ words hold the reference's, as ``answer.scores.normalize_answer`` reads both, is
 
 Abstention questions give only a negative-only sample (their answer is "not in the memory" whatever is shown),
 with or without a reference (LoCoMo's category 5 holds only its trap answer). Other questions without a reference
-answer, or without evidence, give none.
+answer, or without evidence, give none, nor do those whose answer is a rubric (``Question.rubric``: a reply that says
+it is no answer, and without the evidence a preference question is still answered, not declined).
 
 The split is by evidence: questions that share an evidence session (directly or through others) fall on the same
 side, and no training context shows a held-out question's evidence utterance (not even as a negative), so nothing a
@@ -76,7 +77,7 @@ def denoising_samples(ds: Dataset, rankings: Sequence[np.ndarray], questions: Se
     samples = []
     for i in questions:
         q = ds.questions[i]
-        if not q.abstention and (q.answer is None or not len(q.evidence)):
+        if not q.abstention and (q.answer is None or q.rubric or not len(q.evidence)):
             continue
         qtype = q.type or "unknown"
         evidence = [int(r) for r in q.evidence]
