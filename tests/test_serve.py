@@ -246,6 +246,9 @@ BAD = [  # (what is sent, the field or limit the answer must name)
      "metadata"),
     ({"sessions": [{"id": "x", "date": True, "utterances": [{"text": "hi"}]}]}, "date"),
     ("not json at all", "json"),
+    # a lone surrogate: FastAPI's own 422 echoed it, could not encode it, and answered 500 (the text in the log)
+    ('{"sessions": [{"id": "x", "date": "2024-01-01", "utterances": [{"text": "secret \\ud800"}]}]}', "text"),
+    ('{"sessions": [{"id": "x\\udc00", "date": "2024-01-01", "utterances": [{"text": "hi"}]}]}', "id"),
 ]
 BAD_SEARCH = [
     ({"questions": [], "k": 3}, "questions"),
@@ -286,6 +289,9 @@ def test_bad_input_names_the_field_and_changes_nothing(server):
             client.add_sessions([42])
         with pytest.raises(ValueError, match=r"sessions\[0\]\.utterances\[0\]\.text: empty"):
             client.add_sessions([{"id": "y", "date": "2024-01-01", "utterances": [{"text": " "}]}])
+    r = httpx.post(f"{url}/v1/search", content=b'{"questions": ["secret \\ud800"]}',
+                   headers={**headers, "content-type": "application/json"})
+    assert r.status_code == 422 and "questions" in r.text and "secret" not in r.text, r.text
     r = httpx.post(f"{url}/v1/sessions", content=b"\xff\xfe{not utf-8", headers={**headers,
                                                                                   "content-type": "application/json"})
     assert r.status_code == 422

@@ -105,6 +105,23 @@ class CountingEncoder(HashingEncoder):
         return super().encode(texts)
 
 
+def test_a_snapshot_that_cannot_be_read_is_replaced(tmp_path):
+    with open_store(tmp_path) as store:
+        store.create_tenant("t")
+        store.add_sessions("t", [session(f"s{i}", i) for i in range(6)])
+        want = hits(store, "t")
+    snap = tmp_path / "snapshots" / "1-1.npz"
+    raw = bytearray(snap.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # one byte flipped
+    snap.write_bytes(bytes(raw))
+    from assomem_gpu.index import MemoryIndex
+
+    with open_store(tmp_path) as again:
+        assert hits(again, "t") == want  # rebuilt from the rows
+    # a readable snapshot in its place (the unreadable one had kept its name, and every load rebuilt the tenant)
+    assert MemoryIndex.load(snap, encoder=HashingEncoder()).session_ids == [f"s{i}" for i in range(6)]
+
+
 def test_a_restart_brings_the_newest_snapshot_up_to_date_without_encoding_anything(tmp_path):
     with open_store(tmp_path) as store:
         store.create_tenant("t")

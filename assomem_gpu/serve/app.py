@@ -22,6 +22,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
@@ -153,6 +155,13 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
 
     def bad_input(exc: Exception) -> HTTPException:
         return HTTPException(422, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 naming each field and what is wrong, without the input FastAPI's own handler echoes: a text with a lone
+        surrogate could not be written back (a 500, the text in the server's log)."""
+        errors = [{k: v for k, v in e.items() if k != "input"} for e in exc.errors()]
+        return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
 
     @app.exception_handler(UnknownTenant)
     async def unknown_tenant(_: Request, exc: UnknownTenant) -> JSONResponse:  # deleted while the request ran

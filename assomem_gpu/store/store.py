@@ -467,12 +467,14 @@ class MemoryStore:
     def _newest_snapshot(self, tenant_id: int) -> MemoryIndex | None:
         """The tenant's newest readable snapshot made with this store's settings, or None. A snapshot made with
         other settings (the store opened with a config that ranks otherwise: ``AssoMemConfig.ranks_like``) is deleted,
-        so that this config's takes its name."""
+        so that this config's takes its name; so is one that cannot be read (kept, it held its name against a new
+        one, and every load rebuilt the tenant from its rows)."""
         paths = (self.directory / "snapshots").glob(f"{tenant_id}-*.npz")
         for _, path in sorted(((int(p.stem.split("-")[1]), p) for p in paths), reverse=True):
             try:
                 index = MemoryIndex.load(path, encoder=self.encoder, device=self.backend)
             except (SnapshotError, ValueError, OSError):
+                path.unlink(missing_ok=True)
                 continue
             if self.config.ranks_like(index.config) and index.dated == self.dated:
                 index.fusion = self.fusion
