@@ -105,6 +105,23 @@ class CountingEncoder(HashingEncoder):
         return super().encode(texts)
 
 
+def test_a_commit_that_fails_leaves_no_transaction_open(tmp_path):
+    """SQLite keeps a transaction open when its COMMIT fails (a deferred constraint here, a busy database in use):
+    left so, the next writes would run inside it, acknowledged and never committed."""
+    store = open_store(tmp_path)
+    db = store._db
+    db.execute("CREATE TEMP TABLE p (id INTEGER PRIMARY KEY)")
+    db.execute("CREATE TEMP TABLE c (pid INTEGER REFERENCES p (id) DEFERRABLE INITIALLY DEFERRED)")
+    with pytest.raises(sqlite3.IntegrityError), store._db_lock, store._transaction():
+        db.execute("INSERT INTO temp.c VALUES (5)")  # fails at COMMIT
+    assert not db.in_transaction
+    store.create_tenant("after")
+    store.add_sessions("after", [session("s0", 0)])
+    del store  # a crash
+    with open_store(tmp_path) as again:
+        assert again.session_ids("after") == ["s0"]
+
+
 def test_a_snapshot_that_cannot_be_read_is_replaced(tmp_path):
     with open_store(tmp_path) as store:
         store.create_tenant("t")

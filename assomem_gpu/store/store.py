@@ -372,14 +372,17 @@ class MemoryStore:
 
     @contextmanager
     def _transaction(self):
-        """One transaction (the caller holds the connection's lock): all of it commits, or none of it."""
+        """One transaction (the caller holds the connection's lock): all of it commits, or none of it. A COMMIT that
+        fails may leave the transaction open (SQLite does, for a busy database or a deferred constraint): it is rolled
+        back, or the next statements would run inside it and their writes report success uncommitted."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
 
     def _apply(self, name: str, committed: list[bool], write) -> None:
         """Run a write whose journal commits to SQLite (and then appends to ``committed``); if the index fails after
