@@ -548,7 +548,8 @@ def _session(obj, where: str, dated: bool) -> tuple[str, float, list[Turn], dict
 
 def _plain_json(meta: Mapping, where: str) -> dict:
     """A deep copy of ``meta`` as JSON gives it back (so the caller's later changes never reach the index, and a
-    save and load return it unchanged); string keys only, no NaN."""
+    save and load return it unchanged); string keys only, no NaN, text that UTF-8 can hold (a lone surrogate,
+    JSON's ``"\\ud800"``, was stored, then failed every search, read and save of the memory)."""
     def keys_ok(x) -> bool:
         if isinstance(x, Mapping):
             return all(isinstance(k, str) and keys_ok(v) for k, v in x.items())
@@ -556,9 +557,13 @@ def _plain_json(meta: Mapping, where: str) -> dict:
 
     try:
         if keys_ok(meta):
-            return json.loads(json.dumps(meta, allow_nan=False))
+            text = json.dumps(meta, allow_nan=False, ensure_ascii=False)
+            text.encode("utf-8")
+            return json.loads(text)
     except RecursionError:  # deeper than the interpreter's stack
         raise ValueError(f"{where}: nested too deeply") from None
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{where}: not valid Unicode text ({exc.reason})") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: must be JSON-serialisable ({exc})") from exc
     raise ValueError(f"{where}: keys must be strings")

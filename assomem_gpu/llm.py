@@ -117,8 +117,9 @@ class TransformersLLM:
         return ids, min(limits, default=None)
 
     def fits(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[bool]:
-        """Whether each prompt's tokens and ``max_new_tokens`` fit the model's context (every one, where its config
-        names none). Reads the tokenizer and the config only: no weights load, no generation is waited for."""
+        """Whether each prompt's tokens and ``max_new_tokens`` fit the context (every one, where neither the model's
+        config nor ``context`` names one). Reads the tokenizer and the config only: no weights load, no generation is
+        waited for."""
         tokens, context = self._tokens(prompts)
         return [context is None or len(ids) + max_new_tokens <= context for ids in tokens]
 

@@ -28,8 +28,9 @@ class Question:
     memory: int  # index into Dataset.memories
     answer: str | None = None
     abstention: bool = False  # LongMemEval '_abs' questions: the answer is not in the memory
-    rubric: bool = False  # the answer says what a good reply does (LongMemEval's preference questions), not what it says
     evidence_sessions: np.ndarray | None = None  # bank session rows labelled as evidence, when the data says so
+    rubric: bool = False  # the answer says what a good reply does (LongMemEval's preference questions), not what
+    # it says
 
 
 @dataclass(frozen=True)

@@ -249,6 +249,9 @@ BAD = [  # (what is sent, the field or limit the answer must name)
     # a lone surrogate: FastAPI's own 422 echoed it, could not encode it, and answered 500 (the text in the log)
     ('{"sessions": [{"id": "x", "date": "2024-01-01", "utterances": [{"text": "secret \\ud800"}]}]}', "text"),
     ('{"sessions": [{"id": "x\\udc00", "date": "2024-01-01", "utterances": [{"text": "hi"}]}]}', "id"),
+    # stored, it failed every search, read and save of the tenant's memory
+    ('{"sessions": [{"id": "x", "date": "2024-01-01", "metadata": {"k": ["\\ud800"]}, '
+     '"utterances": [{"text": "hi"}]}]}', "metadata"),
 ]
 BAD_SEARCH = [
     ({"questions": [], "k": 3}, "questions"),

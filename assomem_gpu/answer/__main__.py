@@ -31,7 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m assomem_gpu.answer", description=__doc__,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_dataset_options(p, "answer a seeded random sample of this many questions")
-    p.add_argument("--k", type=int, default=6, help="retrieved utterances shown to the LLM")
+    p.add_argument("--k", type=int, default=6,
+                   help="retrieved utterances shown to the LLM (at most: the best that fit a local LLM's context)")
     p.add_argument("--curve", action="store_true", help=f"also answer at every k in {CURVE_KS[0]}..{CURVE_KS[-1]}")
     p.add_argument("--llm", dest="answer_llm", default="smollm2",
                    help="answering LLM: smollm2, hf:<model>[::<gguf>], hf:<file.gguf>, openai:<url>#<model>")

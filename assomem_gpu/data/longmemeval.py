@@ -72,7 +72,8 @@ def load_longmemeval(path: str) -> Dataset:
             type=field(path, rec, item, "question_type", str, optional=True),
             evidence=np.unique(np.asarray(evidence, dtype=np.int64)), memory=len(memories),
             answer=None if answer is None else repaired(str(answer)), abstention=qid.endswith("_abs"),
-            rubric=item.get("question_type") == RUBRIC_TYPE, evidence_sessions=np.asarray(sorted(evidence_sessions), dtype=np.int64)))
+            rubric=item.get("question_type") == RUBRIC_TYPE,
+            evidence_sessions=np.asarray(sorted(evidence_sessions), dtype=np.int64)))
         memories.append(Memory(np.asarray(rows, dtype=np.int64), np.asarray(when, dtype=np.float64)))
     warn_unread(path, unread)
     if apart:

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         rankings = rankings_from_options(args, ds, [args.context], progress=not args.quiet)
         samples = denoising_samples(ds, rankings, train, args.context, args.seed, unseen=held)
         if not samples:
-            raise ValueError(f"{args.dataset}: no training sample (questions need answers and evidence)")
+            raise ValueError(f"{args.dataset}: no training sample (questions need answers, not rubrics, and evidence)")
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
