@@ -312,8 +312,8 @@ class MemoryIndex:
             return generation_prompt(question, [(h.date and h.date[:10], h.speaker, h.text) for h in found[:n]],
                                      day(asked))
 
-        hits = found[: most_that_fit(prompt_of, len(found), lambda p: fitting(model, [p], max_new_tokens)[0])]
-        prompt = prompt_of(len(hits))
+        n, prompt = most_that_fit(prompt_of, len(found), lambda p: fitting(model, [p], max_new_tokens)[0])
+        hits = found[:n]
         try:
             (reply,) = model.chat([prompt], max_new_tokens)
         except ValueError as exc:

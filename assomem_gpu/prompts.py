@@ -107,18 +107,25 @@ def generation_prompt(question: str, utterances: Iterable[tuple[str | None, str,
     return GENERATION_PROMPT.format(memory=memory_lines(utterances), question=query)
 
 
-def most_that_fit(prompt_of: Callable[[int], str], n: int, fits: Callable[[str], bool]) -> int:
+def most_that_fit(prompt_of: Callable[[int], str], n: int, fits: Callable[[str], bool], over: bool = False
+                  ) -> tuple[int, str]:
     """The most of ``n`` utterances (best first) whose prompt ``prompt_of(m)`` (over the first m) ``fits`` an LLM's
-    context, by bisection (a prompt grows with its utterances); ``ValueError`` when not even the one over none does."""
-    if fits(prompt_of(n)):
-        return n
-    lo, hi = -1, n  # prompt_of(lo) fits (or lo = -1), prompt_of(hi) does not
+    context, by bisection (a prompt grows with its utterances), and that prompt; ``over``: ``prompt_of(n)`` is known
+    not to fit (it is not tried again). ``ValueError`` when not even the one over none fits."""
+    best = None if over else prompt_of(n)
+    if best is not None and fits(best):
+        return n, best
+    lo, hi = -1, n  # prompt_of(lo) fits (best; or lo = -1), prompt_of(hi) does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(prompt_of(mid)) else (lo, mid)
+        prompt = prompt_of(mid)
+        if fits(prompt):
+            lo, best = mid, prompt
+        else:
+            hi = mid
     if lo < 0:
         raise ValueError("question: its prompt exceeds the LLM's context without any utterance")
-    return lo
+    return lo, best
 
 
 def final_answer(reply: str) -> str:

@@ -34,11 +34,12 @@ class PromptMaker:
         for i, ok in enumerate(fits(prompts) if fits else []):
             if not ok:
                 try:
-                    m = most_that_fit(lambda m: self(i, tops[i][:m]), len(tops[i]), lambda p: fits([p])[0])
+                    m, prompts[i] = most_that_fit(lambda m: self(i, tops[i][:m]), len(tops[i]),
+                                                  lambda p: fits([p])[0], over=True)
                 except ValueError:
                     raise ValueError(f"question {self.ds.questions[i].id!r}: its prompt exceeds the LLM's context "
                                      "without any utterance") from None
-                tops[i], prompts[i] = tops[i][:m], self(i, tops[i][:m])
+                tops[i] = tops[i][:m]
         return [(p, [self.ds.bank.utt_ids[r] for r in top]) for p, top in zip(prompts, tops)]
 
 
