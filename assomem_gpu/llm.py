@@ -16,8 +16,9 @@ import os
 import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Iterator, Protocol, Sequence
 
 from .encode import default_cache_dir, files_stamp
 from .memory import MemoryBank
@@ -71,6 +72,14 @@ class TransformersLLM:
     def _kw(self) -> dict:
         return {"gguf_file": self.gguf_file} if self.gguf_file else {}
 
+    @contextmanager
+    def _naming_failure(self) -> Iterator[None]:
+        """A load's failure as ``RuntimeError`` naming the model."""
+        try:
+            yield
+        except (OSError, ValueError, ImportError) as exc:
+            raise RuntimeError(f"cannot load the LLM {self.model_ref} {self.gguf_file or ''}: {exc}") from exc
+
     def _reader(self):
         """(tokenizer, config), loaded once: enough to tell a prompt's length and the context, without the weights;
         ``RuntimeError`` naming the model when they cannot be loaded."""
@@ -80,11 +89,9 @@ class TransformersLLM:
                 from transformers.utils import logging
 
                 logging.disable_progress_bar()
-                try:
+                with self._naming_failure():
                     tokenizer = AutoTokenizer.from_pretrained(self.model_ref, padding_side="left", **self._kw())
                     config = AutoConfig.from_pretrained(self.model_ref, **self._kw())
-                except (OSError, ValueError, ImportError) as exc:
-                    raise RuntimeError(f"cannot load the LLM {self.model_ref} {self.gguf_file or ''}: {exc}") from exc
                 if tokenizer.pad_token is None:
                     tokenizer.pad_token = tokenizer.eos_token
                 self._read = (tokenizer, config)
@@ -97,10 +104,8 @@ class TransformersLLM:
             from transformers import AutoModelForCausalLM
 
             tokenizer, config = self._reader()
-            try:
+            with self._naming_failure():
                 model = AutoModelForCausalLM.from_pretrained(self.model_ref, config=config, **self._kw()).eval()
-            except (OSError, ValueError, ImportError) as exc:
-                raise RuntimeError(f"cannot load the LLM {self.model_ref} {self.gguf_file or ''}: {exc}") from exc
             self._loaded = (tokenizer, model)
         return self._loaded
 

@@ -103,6 +103,14 @@ def test_a_fit_is_told_without_the_weights():
         TransformersLLM(*bundled_smollm2(), context=0)
 
 
+def test_a_model_that_cannot_load_is_named(tmp_path):
+    """Before the weights (the tokenizer a fit reads) and with them (a chat): the same error, naming the model."""
+    llm = TransformersLLM(tmp_path / "no-model")
+    for call in (lambda: llm.fits(["Name one colour."]), lambda: llm.chat(["Name one colour."])):
+        with pytest.raises(RuntimeError, match=f"cannot load the LLM {tmp_path / 'no-model'}"):
+            call()
+
+
 def test_llm_clue_mode_feeds_the_graph(tmp_path, monkeypatch, smollm2, two_sessions):
     monkeypatch.setenv("ASSOMEM_CACHE_DIR", str(tmp_path / "cache"))
     llm_clues(two_sessions.bank, smollm2, progress=False)  # warm the clue cache the method will read
