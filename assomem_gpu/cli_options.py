@@ -196,12 +196,18 @@ def build_methods(args: argparse.Namespace, encoder: Encoder, backend: Backend) 
 
 def fit_folds(args: argparse.Namespace, methods: list[Method], n_questions: int) -> None:
     """Where a method is cross-validated (``needs_calibration``) over fewer questions than ``args.folds``: one
-    question a fold (``args.folds`` lowered, with a note on stderr); ``ValueError`` below 2 questions."""
-    if n_questions >= args.folds or not any(getattr(m, "needs_calibration", False) for m in methods):
+    question a fold (``args.folds`` lowered); one question alone is ranked with the shipped weights
+    (``AssoMem.default_fusion``), as a fold is whose other folds hold no labelled question. Each with a note on
+    stderr."""
+    calibrated = [m for m in methods if getattr(m, "needs_calibration", False)]
+    if n_questions >= args.folds or not calibrated:
         return
     if n_questions < 2:
-        raise ValueError(f"cross-validation needs at least 2 questions, the dataset has {n_questions}; pass "
-                         "--weights FILE or --fixed-weights")
+        for m in calibrated:
+            m.fusion = m.default_fusion()
+        print(f"note: {n_questions} question: no other to calibrate on, ranked with the shipped weights "
+              "(--weights FILE for others)", file=sys.stderr)
+        return
     print(f"note: {n_questions} questions: cross-validated in {n_questions} folds (one question each) rather than "
           f"--folds {args.folds}", file=sys.stderr)
     args.folds = n_questions

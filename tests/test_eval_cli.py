@@ -1,8 +1,10 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import assomem_gpu
 from assomem_gpu.data import load_dataset
 from assomem_gpu.eval.__main__ import main
 from assomem_gpu.metrics import utterance_metrics
@@ -93,9 +95,17 @@ def test_assomem_on_locomo_and_too_few_questions_for_folds(tmp_path, locomo_file
                  "--limit", "2", "--rankings", str(tmp_path / "two.jsonl")]) == 0  # fewer questions than folds
     assert "cross-validated in 2 folds" in capsys.readouterr().err
     assert len((tmp_path / "two.jsonl").read_text().splitlines()) == 2
+    one = tmp_path / "one.jsonl"  # a question alone: nothing to calibrate on, so the shipped weights rank it
+    assert main(["--dataset", f"locomo:{locomo_file}", "--method", "assomem,bm25", "--encoder", "hashing", "--quiet",
+                 "--limit", "1", "--rankings", str(one)]) == 0
+    assert "ranked with the shipped weights" in capsys.readouterr().err
+    assert [len(p.read_text().splitlines()) for p in (tmp_path / "one.assomem.jsonl", tmp_path / "one.bm25.jsonl")
+            ] == [1, 1]
+    shipped = tmp_path / "shipped.jsonl"
     assert main(["--dataset", f"locomo:{locomo_file}", "--method", "assomem", "--encoder", "hashing", "--quiet",
-                 "--limit", "1"]) == 2
-    assert "needs at least 2 questions" in capsys.readouterr().err
+                 "--limit", "1", "--weights", str(Path(assomem_gpu.__file__).parent / "weights" / "default.json"),
+                 "--rankings", str(shipped)]) == 0
+    assert shipped.read_text() == (tmp_path / "one.assomem.jsonl").read_text()
     assert main(["--dataset", f"locomo:{locomo_file}", "--method", "assomem", "--encoder", "hashing", "--quiet",
                  "--limit", "1", "--fixed-weights"]) == 0
 

@@ -46,9 +46,6 @@ def test_longmemeval_plain_json(tmp_path, lme_items):
     (lambda items: [{**items[0], "question": 5}], "record 0 (q1), field 'question': expected str"),
     (lambda items: [{k: v for k, v in items[0].items() if k != "haystack_sessions"}], "field 'haystack_sessions': missing"),
     (lambda items: [{**items[0], "haystack_dates": items[0]["haystack_dates"][:1]}], "differ in length"),
-    (lambda items: [{**items[0], "haystack_session_ids": ["s", "s", "t"],
-                     "haystack_sessions": [[{"role": "user", "content": c}] for c in "abc"]}],
-     "session 's' is listed twice with different content"),  # one id twice in one haystack
     (lambda items: [{**items[0], "question_date": [2023]}], "field 'question_date': expected str/int/float"),
     (lambda items: [items[0], items[0]], "duplicate question_id"),
     (lambda items: [{**items[0], "haystack_sessions": [[{"role": "user"}]] * 3}], "turn 0, field 'content': missing"),
@@ -283,6 +280,26 @@ def test_a_session_id_with_other_content_is_kept_apart_for_its_question(tmp_path
         assert len(mem.sessions) == 4 and len(held) == len(set(held))
         drawn = set(mem.sessions.tolist()) - set(small.sessions.tolist())
         assert not {"shared_dog", "shared_dog@q2"} & {ds.bank.session_ids[s] for s in drawn}
+
+
+def test_an_id_a_haystack_repeats_with_other_turns_is_a_session_of_its_own(tmp_path, lme_items):
+    """A haystack that lists a session id again with other turns: that listing is kept as '<id>#<place>', its
+    utterances '<id>#<place>:<turn>' (one memory never holds an id twice), its evidence counted; a warning names it;
+    the same id again with the same turns stays one session."""
+    item = lme_items[0]
+    item["haystack_session_ids"] = ["s", "s", "t", "s"]
+    item["haystack_dates"] = [item["haystack_dates"][0]] * 4
+    a, b, c = ({"role": "user", "content": x} for x in "abc")
+    item["haystack_sessions"] = [[a], [b, {"role": "user", "content": "b2", "has_answer": True}], [c], [a]]
+    path = tmp_path / "twice.json"
+    path.write_text(json.dumps(lme_items))
+    with pytest.warns(DataFormatWarning, match="1 haystack session.* repeat a session id .* question 'q1', "
+                                               "session 's'"):
+        ds = load_dataset(f"longmemeval:{path}")
+    q1 = ds.questions[0]
+    held = ids(ds, ds.memory_utterances(q1.memory))
+    assert held == ["s:0", "s#1:0", "s#1:1", "t:0"] and ids(ds, q1.evidence) == ["s#1:1"]
+    assert [ds.bank.utt_texts[i] for i in ds.memory_utterances(q1.memory)] == ["a", "b", "b2", "c"]
 
 
 def test_lone_surrogates_in_texts_are_repaired(tmp_path, lme_items, locomo_samples):

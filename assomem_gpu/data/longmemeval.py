@@ -2,8 +2,9 @@
 
 Utterance id ``"<session_id>:<turn_index>"`` (0-based over all turns); evidence = turns with ``has_answer: true``.
 A session id that a later haystack holds with other content is kept apart (one copy for each other content, which
-every haystack holding that content shares; its utterance ids the same: each memory holds one of them), and a date
-that cannot be read is taken as undated; each is reported once per file (``DataFormatWarning``). Texts have lone
+every haystack holding that content shares; its utterance ids the same: each memory holds one of them), an id a
+haystack lists again with other turns is that listing's session ``"<session_id>#<place in the haystack>"``, and a
+date that cannot be read is taken as undated; each is reported once per file (``DataFormatWarning``). Texts have lone
 surrogates repaired (``_io.prose``). A preference question's answer is a rubric (``Question.rubric``): what a good
 reply does ("The user would prefer responses that suggest ..."), which answers are judged by, not matched with.
 """
@@ -25,7 +26,8 @@ def load_longmemeval(path: str) -> Dataset:
     if not isinstance(items, list):
         raise DataFormatError(path, f"expected a JSON list of questions, got {type(items).__name__}")
     bank, memories, questions, seen = MemoryBank(), [], [], set()
-    unread, apart, copies = [], [], {}  # dates not read; (question, session id) of each copy kept apart; their names
+    unread, apart, copies, twice = [], [], {}, []  # dates not read; (question, session id) of each copy kept apart;
+    # their names; (question, session id) of each id a haystack lists again with other turns
     for n, item in enumerate(items):
         rec = n
         qid = field(path, rec, item, "question_id", str)
@@ -52,8 +54,11 @@ def load_longmemeval(path: str) -> Dataset:
             date = timestamp(path, rec, {"haystack_dates": dates[j]}, "haystack_dates", unread)
             try:
                 row, made = _session_row(bank, sid, qid, date, turns, here, copies)
-            except ValueError as exc:
-                raise DataFormatError(path, str(exc), rec, "haystack_sessions") from exc
+            except _ListedTwice:  # this listing is a session of its own, named by its place in the haystack
+                twice.append((qid, sid))
+                sid = f"{sid}#{j}"
+                turns = [(f"{sid}:{t}", speaker, text) for t, (_, speaker, text) in enumerate(turns)]
+                row, made = _session_row(bank, sid, qid, date, turns, here, copies)
             if made:
                 apart.append((qid, sid))
             here.setdefault(sid, row)
@@ -81,7 +86,16 @@ def load_longmemeval(path: str) -> Dataset:
                       f"that an earlier question's haystack holds, and are kept apart (one copy for each other "
                       f"content); the first: question {apart[0][0]!r}, session {apart[0][1]!r}", DataFormatWarning,
                       stacklevel=2)
+    if twice:
+        warnings.warn(f"{path}: {len(twice)} haystack session(s) repeat a session id that their haystack listed "
+                      f"before with other content; each is kept as a session '<id>#<its place in the haystack>' "
+                      f"(utterances '<id>#<place>:<turn>'); the first: question {twice[0][0]!r}, session "
+                      f"{twice[0][1]!r}", DataFormatWarning, stacklevel=2)
     return Dataset("longmemeval", bank, memories, questions)
+
+
+class _ListedTwice(ValueError):
+    """A haystack lists a session id again with other turns."""
 
 
 def _session_row(bank: MemoryBank, sid: str, qid: str, date: float, turns: list, here: dict[str, int],
@@ -89,12 +103,12 @@ def _session_row(bank: MemoryBank, sid: str, qid: str, date: float, turns: list,
     """The bank row of session ``sid`` of question ``qid``'s haystack, and whether a copy was made for it: the
     session this haystack listed under that id already (``here``), else the bank's session of that id or a copy kept
     apart for another question (``copies``: their names by id) that holds the same turns, else a new copy
-    ``"<sid>@<qid>"``. ``ValueError`` where the haystack lists an id twice with other turns."""
+    ``"<sid>@<qid>"``. ``_ListedTwice`` where the haystack lists an id twice with other turns."""
     if sid in here:
         try:
             return bank.add_session(bank.session_ids[here[sid]], date, turns), False
         except ValueError:
-            raise ValueError(f"session {sid!r} is listed twice with different content") from None
+            raise _ListedTwice(sid) from None
     for name in [sid, *copies.get(sid, [])]:
         try:
             return bank.add_session(name, date, turns), False
