@@ -99,13 +99,26 @@ def test_a_byte_order_mark_is_read(tmp_path, locomo_samples, jsonl_file):
     assert len(load_dataset(f"jsonl:{lines}").questions) == len(load_dataset(f"jsonl:{jsonl_file}").questions)
 
 
-def test_locomo_broken(tmp_path, locomo_samples):
-    locomo_samples[0]["conversation"]["session_2"][1]["dia_id"] = "D2:1"
+def test_a_repeated_dia_id_is_kept_as_its_own_turn(tmp_path, locomo_samples):
+    """A conversation whose turns repeat a dia_id: each repeat is '<dia_id>#<n>', evidence naming the id reads the
+    first, a warning names the turn; the memory holds no id twice."""
+    conv = locomo_samples[0]["conversation"]
+    conv["session_2"][0]["dia_id"] = conv["session_2"][1]["dia_id"] = conv["session_1"][0]["dia_id"]
+    first = conv["session_1"][0]["dia_id"]
+    locomo_samples[0]["qa"][0]["evidence"] = [first]
     path = tmp_path / "lc.json"
     path.write_text(json.dumps(locomo_samples))
-    with pytest.raises(DataFormatError, match=r"record 0 \(conv-1\), session_2\[1\], field 'dia_id': duplicate"):
-        load_dataset(f"locomo:{path}")
-    locomo_samples[0]["conversation"]["session_2"][1]["dia_id"] = "D2:2"
+    with pytest.warns(DataFormatWarning, match=r"2 turn\(s\) repeat a dia_id .* record 0 \(conv-1\), "
+                                               r"session_2\[0\]"):
+        ds = load_dataset(f"locomo:{path}")
+    held = ids(ds, ds.memory_utterances(0))
+    assert len(held) == len(set(held))
+    assert [u for u in held if u.startswith(f"{first}#")] == [f"{first}#2", f"{first}#3"]
+    assert ids(ds, ds.questions[0].evidence) == [first]
+
+
+def test_locomo_broken(tmp_path, locomo_samples):
+    path = tmp_path / "lc.json"
     locomo_samples[1]["qa"][0]["evidence"] = [7]
     path.write_text(json.dumps(locomo_samples))
     with pytest.raises(DataFormatError, match="evidence entries must be strings"):

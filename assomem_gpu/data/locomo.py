@@ -3,8 +3,9 @@
 Utterance id = the turn's ``dia_id``; question id ``"<sample_id>:<index in qa>"``; evidence = ids in the QA's
 ``evidence`` list (each entry may join several ids with ``;``, ``,`` or spaces; an id not in the conversation is read
 without its zero padding or stray colon, ``D30:05`` and ``D:11:26`` as ``D30:5`` and ``D11:26``, else dropped).
-A date that cannot be read is taken as undated (one ``DataFormatWarning`` a file); texts have lone surrogates
-repaired (``_io.prose``).
+A date that cannot be read is taken as undated, and a turn that repeats a ``dia_id`` its conversation holds already
+is kept as ``"<dia_id>#<n>"`` (its n-th holder; evidence naming the id reads the first): one ``DataFormatWarning`` a
+file for each. Texts have lone surrogates repaired (``_io.prose``).
 Questions carry no date in this format: they are taken as asked at the conversation's last session date. Category 5
 (adversarial: the conversation does not hold the answer) questions are abstention questions: their reference is none
 (the ``adversarial_answer`` they carry is the trap), and LongMemEval's session metrics leave them out, as its
@@ -13,12 +14,13 @@ Questions carry no date in this format: they are taken as asked at the conversat
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 
 from ..memory import Dataset, Memory, MemoryBank, Question
 from ._io import field, prose, read_json, repaired, timestamp, warn_unread
-from .errors import DataFormatError
+from .errors import DataFormatError, DataFormatWarning
 
 _SESSION = re.compile(r"session_(\d+)$")
 _DIA_ID = re.compile(r"D:?(\d+):(\d+)")  # a dia_id as the evidence lists write it, padded or with a stray colon
@@ -28,7 +30,7 @@ def load_locomo(path: str) -> Dataset:
     samples = read_json(path)
     if not isinstance(samples, list):
         raise DataFormatError(path, f"expected a JSON list of conversations, got {type(samples).__name__}")
-    bank, memories, questions, unread, seen = MemoryBank(), [], [], [], set()
+    bank, memories, questions, unread, seen, repeated = MemoryBank(), [], [], [], set(), []
     for n, sample in enumerate(samples):
         sample_id = str(field(path, n, sample, "sample_id", (str, int)))
         rec = f"{n} ({sample_id})"
@@ -37,15 +39,19 @@ def load_locomo(path: str) -> Dataset:
         seen.add(sample_id)
         conv = field(path, rec, sample, "conversation", dict)
         keys = sorted((int(m.group(1)), key) for key in conv if (m := _SESSION.match(key)))  # session_1, session_01
-        rows, dates, dia_rows = [], [], {}
+        rows, dates, dia_rows, repeats = [], [], {}, {}  # repeats: how many turns of the conversation hold a dia_id
         for _, key in keys:
             turns_raw = field(path, rec, conv, key, list)
-            turns = []
+            turns, held = [], set()
             for t, turn in enumerate(turns_raw):
                 where = f"{rec}, {key}[{t}]"
-                dia_id = field(path, where, turn, "dia_id", str)
-                if dia_id in dia_rows or dia_id in {u for u, _, _ in turns}:
-                    raise DataFormatError(path, f"duplicate dia_id {dia_id!r}", where, "dia_id")
+                dia_id = given = field(path, where, turn, "dia_id", str)
+                while dia_id in dia_rows or dia_id in held:  # a repeat: the turn's own id, '<dia_id>#<n>'
+                    repeats[given] = repeats.get(given, 1) + 1
+                    dia_id = f"{given}#{repeats[given]}"
+                if dia_id != given:
+                    repeated.append(where)
+                held.add(dia_id)
                 turns.append((dia_id, prose(path, where, turn, "speaker"), _turn_text(path, where, turn)))
             date = timestamp(path, rec, conv, f"{key}_date_time", unread)
             row = bank.add_session(f"{sample_id}:{key}", date, turns)
@@ -73,6 +79,10 @@ def load_locomo(path: str) -> Dataset:
             raise DataFormatError(path, "conversation has no session_<n> lists", rec, "conversation")
         memories.append(Memory(np.asarray(rows, dtype=np.int64), np.asarray(dates, dtype=np.float64)))
     warn_unread(path, unread)
+    if repeated:
+        warnings.warn(f"{path}: {len(repeated)} turn(s) repeat a dia_id that their conversation holds already; each "
+                      f"is kept as '<dia_id>#<n>' (its n-th holder), evidence naming the id reads the first; the "
+                      f"first: record {repeated[0]}", DataFormatWarning, stacklevel=2)
     return Dataset("locomo", bank, memories, questions)
 
 
