@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-COLUMNS = ["R@1", "R@3", "R@6", "R@10", "nDCG@10"]
+COLUMNS = ["R@1", "R@3", "R@5", "R@6", "R@10", "nDCG@10"]
 
 
 def rows(path: Path, label_suffix: str = "") -> list[tuple[str, dict, dict, float]]:
