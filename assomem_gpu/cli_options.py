@@ -198,15 +198,17 @@ def fit_folds(args: argparse.Namespace, methods: list[Method], n_questions: int)
     """Where a method is cross-validated (``needs_calibration``) over fewer questions than ``args.folds``: one
     question a fold (``args.folds`` lowered); one question alone is ranked with the shipped weights
     (``AssoMem.default_fusion``), as a fold is whose other folds hold no labelled question. Each with a note on
-    stderr."""
+    stderr; ``ValueError`` for none."""
     calibrated = [m for m in methods if getattr(m, "needs_calibration", False)]
     if n_questions >= args.folds or not calibrated:
         return
-    if n_questions < 2:
+    if n_questions == 0:
+        raise ValueError("no questions to rank")
+    if n_questions == 1:
         for m in calibrated:
             m.fusion = m.default_fusion()
-        print(f"note: {n_questions} question: no other to calibrate on, ranked with the shipped weights "
-              "(--weights FILE for others)", file=sys.stderr)
+        print("note: 1 question: no other to calibrate on, ranked with the shipped weights (--weights FILE for "
+              "others)", file=sys.stderr)
         return
     print(f"note: {n_questions} questions: cross-validated in {n_questions} folds (one question each) rather than "
           f"--folds {args.folds}", file=sys.stderr)

@@ -103,12 +103,25 @@ def test_a_fit_is_told_without_the_weights():
         TransformersLLM(*bundled_smollm2(), context=0)
 
 
-def test_a_model_that_cannot_load_is_named(tmp_path):
-    """Before the weights (the tokenizer a fit reads) and with them (a chat): the same error, naming the model."""
-    llm = TransformersLLM(tmp_path / "no-model")
-    for call in (lambda: llm.fits(["Name one colour."]), lambda: llm.chat(["Name one colour."])):
+def test_a_model_that_cannot_load_is_named(tmp_path, monkeypatch):
+    """Its tokenizer (read by a fit, and first by a chat) or its weights (a chat's): the same error, naming it."""
+    from transformers import AutoModelForCausalLM
+
+    from assomem_gpu.llm import bundled_smollm2
+
+    missing = TransformersLLM(tmp_path / "no-model")
+    for call in (lambda: missing.fits(["Name one colour."]), lambda: missing.chat(["Name one colour."])):
         with pytest.raises(RuntimeError, match=f"cannot load the LLM {tmp_path / 'no-model'}"):
             call()
+
+    def unreadable(*args, **kwargs):
+        raise OSError("weights unreadable")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", unreadable)
+    llm = TransformersLLM(*bundled_smollm2())
+    assert llm.fits(["Name one colour."]) == [True]  # the tokenizer and config load
+    with pytest.raises(RuntimeError, match=r"cannot load the LLM .*: weights unreadable"):
+        llm.chat(["Name one colour."])
 
 
 def test_llm_clue_mode_feeds_the_graph(tmp_path, monkeypatch, smollm2, two_sessions):

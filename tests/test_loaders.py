@@ -115,6 +115,15 @@ def test_a_repeated_dia_id_is_kept_as_its_own_turn(tmp_path, locomo_samples):
     assert len(held) == len(set(held))
     assert [u for u in held if u.startswith(f"{first}#")] == [f"{first}#2", f"{first}#3"]
     assert ids(ds, ds.questions[0].evidence) == [first]
+    conv["session_10"][0]["dia_id"] = f"{first}#2"  # an id of that form the conversation holds itself: kept as it is
+    locomo_samples[0]["qa"][0]["evidence"] = [f"{first}#2"]
+    path.write_text(json.dumps(locomo_samples))
+    with pytest.warns(DataFormatWarning, match=r"2 turn\(s\) repeat a dia_id"):
+        ds = load_dataset(f"locomo:{path}")
+    held = ids(ds, ds.memory_utterances(0))
+    assert len(held) == len(set(held)) and [u for u in held if u.startswith(f"{first}#")] == [
+        f"{first}#3", f"{first}#4", f"{first}#2"]
+    assert [ds.bank.utt_texts[i] for i in ds.questions[0].evidence] == [conv["session_10"][0]["text"]]
 
 
 def test_locomo_broken(tmp_path, locomo_samples):
@@ -313,6 +322,24 @@ def test_an_id_a_haystack_repeats_with_other_turns_is_a_session_of_its_own(tmp_p
     held = ids(ds, ds.memory_utterances(q1.memory))
     assert held == ["s:0", "s#1:0", "s#1:1", "t:0"] and ids(ds, q1.evidence) == ["s#1:1"]
     assert [ds.bank.utt_texts[i] for i in ds.memory_utterances(q1.memory)] == ["a", "b", "b2", "c"]
+
+
+@pytest.mark.parametrize("listed, texts, held", [
+    (["s", "s", "s"], "abb", ["s:0", "s#1:0"]),  # a second listing of the same other turns: the session the first became
+    (["s#2", "s", "s"], "xab", ["s#2:0", "s:0", "s#2#2:0"]),  # the place's name taken by an earlier listing
+    (["s", "s", "s#1"], "abx", ["s:0", "s#1#1:0", "s#1:0"]),  # ... or by a later one, which keeps its own
+])
+def test_a_repeated_listing_never_takes_a_name_the_haystack_uses(tmp_path, lme_items, listed, texts, held):
+    item = lme_items[0]
+    item["haystack_session_ids"], item["haystack_dates"] = listed, [item["haystack_dates"][0]] * 3
+    item["haystack_sessions"] = [[{"role": "user", "content": x, "has_answer": x == texts[-1]}] for x in texts]
+    path = tmp_path / "named.json"
+    path.write_text(json.dumps(lme_items))
+    with pytest.warns(DataFormatWarning, match="repeat a session id"):
+        ds = load_dataset(f"longmemeval:{path}")
+    q1 = ds.questions[0]
+    assert ids(ds, ds.memory_utterances(q1.memory)) == held
+    assert [ds.bank.utt_texts[i] for i in q1.evidence] == [texts[-1]]  # counted once
 
 
 def test_lone_surrogates_in_texts_are_repaired(tmp_path, lme_items, locomo_samples):

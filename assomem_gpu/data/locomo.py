@@ -4,8 +4,8 @@ Utterance id = the turn's ``dia_id``; question id ``"<sample_id>:<index in qa>"`
 ``evidence`` list (each entry may join several ids with ``;``, ``,`` or spaces; an id not in the conversation is read
 without its zero padding or stray colon, ``D30:05`` and ``D:11:26`` as ``D30:5`` and ``D11:26``, else dropped).
 A date that cannot be read is taken as undated, and a turn that repeats a ``dia_id`` its conversation holds already
-is kept as ``"<dia_id>#<n>"`` (its n-th holder; evidence naming the id reads the first): one ``DataFormatWarning`` a
-file for each. Texts have lone surrogates repaired (``_io.prose``).
+is kept as ``"<dia_id>#<n>"`` (its n-th holder, or the next n that no turn holds; evidence naming the id reads the
+first): one ``DataFormatWarning`` a file for each. Texts have lone surrogates repaired (``_io.prose``).
 Questions carry no date in this format: they are taken as asked at the conversation's last session date. Category 5
 (adversarial: the conversation does not hold the answer) questions are abstention questions: their reference is none
 (the ``adversarial_answer`` they carry is the trap), and LongMemEval's session metrics leave them out, as its
@@ -40,15 +40,18 @@ def load_locomo(path: str) -> Dataset:
         conv = field(path, rec, sample, "conversation", dict)
         keys = sorted((int(m.group(1)), key) for key in conv if (m := _SESSION.match(key)))  # session_1, session_01
         rows, dates, dia_rows, repeats = [], [], {}, {}  # repeats: how many turns of the conversation hold a dia_id
+        given_ids = {turn["dia_id"] for _, key in keys if isinstance(conv[key], list) for turn in conv[key]
+                     if isinstance(turn, dict) and isinstance(turn.get("dia_id"), str)}  # a repeat's name is none
         for _, key in keys:
             turns_raw = field(path, rec, conv, key, list)
             turns, held = [], set()
             for t, turn in enumerate(turns_raw):
                 where = f"{rec}, {key}[{t}]"
                 dia_id = given = field(path, where, turn, "dia_id", str)
-                while dia_id in dia_rows or dia_id in held:  # a repeat: the turn's own id, '<dia_id>#<n>'
-                    repeats[given] = repeats.get(given, 1) + 1
-                    dia_id = f"{given}#{repeats[given]}"
+                if dia_id in dia_rows or dia_id in held:  # a repeat: its own id, '<dia_id>#<n>'
+                    while dia_id in dia_rows or dia_id in held or dia_id in given_ids:
+                        repeats[given] = repeats.get(given, 1) + 1
+                        dia_id = f"{given}#{repeats[given]}"
                 if dia_id != given:
                     repeated.append(where)
                 held.add(dia_id)

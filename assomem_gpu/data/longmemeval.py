@@ -1,12 +1,13 @@
 """LongMemEval (S, M, oracle; ``.json`` or ``.json.gz``): one memory per question, sessions pooled across haystacks.
 
-Utterance id ``"<session_id>:<turn_index>"`` (0-based over all turns); evidence = turns with ``has_answer: true``.
-A session id that a later haystack holds with other content is kept apart (one copy for each other content, which
-every haystack holding that content shares; its utterance ids the same: each memory holds one of them), an id a
-haystack lists again with other turns is that listing's session ``"<session_id>#<place in the haystack>"``, and a
-date that cannot be read is taken as undated; each is reported once per file (``DataFormatWarning``). Texts have lone
-surrogates repaired (``_io.prose``). A preference question's answer is a rubric (``Question.rubric``): what a good
-reply does ("The user would prefer responses that suggest ..."), which answers are judged by, not matched with.
+Utterance id ``"<session_id>:<turn_index>"`` (0-based over all turns); evidence = turns with ``has_answer: true``. A
+session id that a later haystack holds with other content is kept apart (one copy for each other content, which every
+haystack holding that content shares; its utterance ids the same: each memory holds one of them), an id a haystack lists
+again with other turns is that listing's session ``"<session_id>#<place in the haystack>"`` (or the one an earlier
+listing of the same turns became), and a date that cannot be read is taken as undated; each is reported once per file
+(``DataFormatWarning``). Texts have lone surrogates repaired (``_io.prose``). A preference question's answer is a rubric
+(``Question.rubric``): what a good reply does ("The user would prefer responses that suggest ..."), which answers are
+judged by, not matched with.
 """
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ def load_longmemeval(path: str) -> Dataset:
             raise DataFormatError(path, f"haystack_session_ids, haystack_dates and haystack_sessions differ in length "
                                   f"({len(sids)}, {len(dates)}, {len(sessions)})", rec)
         rows, when, evidence, here = [], [], [], {}  # here: the row of each session id this haystack lists
+        listed, renamed = {s for s in sids if isinstance(s, str)}, {}  # renamed: the names given to an id's listings
+        # with other turns than its first (``_listed_again``)
         for j, (sid, session) in enumerate(zip(sids, sessions)):
             if not isinstance(sid, str):
                 raise DataFormatError(path, f"session id {j} is not a string", rec, "haystack_session_ids")
@@ -54,11 +57,9 @@ def load_longmemeval(path: str) -> Dataset:
             date = timestamp(path, rec, {"haystack_dates": dates[j]}, "haystack_dates", unread)
             try:
                 row, made = _session_row(bank, sid, qid, date, turns, here, copies)
-            except _ListedTwice:  # this listing is a session of its own, named by its place in the haystack
+            except _ListedTwice:
                 twice.append((qid, sid))
-                sid = f"{sid}#{j}"
-                turns = [(f"{sid}:{t}", speaker, text) for t, (_, speaker, text) in enumerate(turns)]
-                row, made = _session_row(bank, sid, qid, date, turns, here, copies)
+                row, made, sid = _listed_again(bank, sid, j, qid, date, turns, here, copies, listed, renamed)
             if made:
                 apart.append((qid, sid))
             here.setdefault(sid, row)
@@ -92,6 +93,30 @@ def load_longmemeval(path: str) -> Dataset:
                       f"(utterances '<id>#<place>:<turn>'); the first: question {twice[0][0]!r}, session "
                       f"{twice[0][1]!r}", DataFormatWarning, stacklevel=2)
     return Dataset("longmemeval", bank, memories, questions)
+
+
+def _listed_again(bank: MemoryBank, sid: str, j: int, qid: str, date: float, turns: list, here: dict[str, int],
+                  copies: dict[str, list[str]], listed: set[str], renamed: dict[str, list[str]]
+                  ) -> tuple[int, bool, str]:
+    """``_session_row`` of the ``j``-th listing of a haystack, session ``sid`` with other turns than the haystack's
+    first listing of it, and the name it goes by: the session an earlier such listing with the same turns became,
+    else a new one, ``"<sid>#<j>"`` (``"#<j>"`` added again while the haystack lists that name itself); its turns'
+    ids ``"<name>:<turn>"``."""
+    for name in renamed.get(sid, []):
+        try:
+            return *_session_row(bank, name, qid, date, _named(name, turns), here, copies), name
+        except _ListedTwice:
+            pass
+    name = f"{sid}#{j}"
+    while name in listed or name in here:
+        name += f"#{j}"
+    renamed.setdefault(sid, []).append(name)
+    return *_session_row(bank, name, qid, date, _named(name, turns), here, copies), name
+
+
+def _named(sid: str, turns: list) -> list:
+    """``turns`` (id, speaker, text) with the ids of session ``sid``'s turns."""
+    return [(f"{sid}:{t}", speaker, text) for t, (_, speaker, text) in enumerate(turns)]
 
 
 class _ListedTwice(ValueError):
