@@ -41,9 +41,9 @@ from .backend import Backend, get_backend
 from .config import AssoMemConfig
 from .encode import DEFAULT_MODEL, Encoder, prompted, text_encoder
 from .fusion import FusionModel, Ranking, calibrate_fusion, default_fusion, rank
-from .llm import LLM, fitting, make_llm
+from .llm import LLM, make_llm, reply_fitting
 from .locking import ReadWriteLock
-from .prompts import ANSWER_TOKENS, day, final_answer, generation_prompt, most_that_fit
+from .prompts import ANSWER_TOKENS, day, final_answer, generation_prompt
 from .scoring import Queries, Scored, score
 from .snapshot import SnapshotError, read as read_snapshot, write as write_snapshot
 from .state import Derived, MemoryState, Turn
@@ -294,10 +294,10 @@ class MemoryIndex:
                sessions: Iterable[str] | None = None, since: Any = None, until: Any = None,
                max_new_tokens: int = ANSWER_TOKENS) -> Answer:
         """An answer to ``question`` by ``llm`` (a ``make_llm`` spec or an ``llm.LLM``; made once per spec and kept)
-        from its ``k`` best utterances (default 6, the paper's choice; fewer, the best, where an LLM that tells its
-        context, ``llm.fitting``, could not take them all), with the paper's generation prompt; the other arguments as
-        ``search``. Nothing of it is cached on disk. ``RuntimeError`` when the LLM cannot be loaded or reached;
-        ``ValueError`` naming the field for bad input, and for a prompt the LLM refuses (too long)."""
+        from its ``k`` best utterances (default 6, the paper's choice; fewer, the best, where the LLM could not take
+        them all: ``llm.reply_fitting``), with the paper's generation prompt; the other arguments as ``search``.
+        Nothing of it is cached on disk. ``RuntimeError`` when the LLM cannot be loaded or reached; ``ValueError``
+        naming the field for bad input, and where the LLM takes no prompt of the question's (too long)."""
         if not isinstance(question, str):
             raise TypeError(f"question: expected a string, got {type(question).__name__}")
         if not _string(question, "question").strip():
@@ -312,13 +312,8 @@ class MemoryIndex:
             return generation_prompt(question, [(h.date and h.date[:10], h.speaker, h.text) for h in found[:n]],
                                      day(asked))
 
-        n, prompt = most_that_fit(prompt_of, len(found), lambda p: fitting(model, [p], max_new_tokens)[0])
-        hits = found[:n]
-        try:
-            (reply,) = model.chat([prompt], max_new_tokens)
-        except ValueError as exc:
-            raise ValueError(f"question: with its {len(hits)} utterances the prompt was refused: {exc}") from exc
-        return Answer(final_answer(reply), hits, prompt)
+        n, prompt, reply = reply_fitting(model, prompt_of, len(found), max_new_tokens)
+        return Answer(final_answer(reply), found[:n], prompt)
 
     def search_embeddings(self, embeddings: np.ndarray, texts: Sequence[str] | None = None, k: int = 10,
                           question_date: Any = None, sessions: Iterable[str] | None = None, since: Any = None,

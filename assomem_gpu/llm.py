@@ -18,11 +18,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 from .encode import default_cache_dir, files_stamp
 from .memory import MemoryBank
-from .prompts import TOPIC_PROMPT
+from .prompts import TOPIC_PROMPT, most_that_fit
 
 CLUE_TOKENS = 48  # token limit of a clue
 
@@ -280,6 +280,34 @@ def cached_chat(llm: LLM, prompts: Sequence[str], max_new_tokens: int, cache: Re
     if asked is not None:
         asked.append(len(missing))
     return out
+
+
+def reply_fitting(llm: LLM, prompt_of: Callable[[int], str], n: int, max_new_tokens: int,
+                  cache: ResponseCache | None = None, asked: list[int] | None = None) -> tuple[int, str, str]:
+    """The reply to the prompt over the most of ``n`` utterances (best first; ``prompt_of(m)`` is the prompt over the
+    first m) that ``llm`` takes, and that m and prompt. A model that tells its context (``fits``) is asked the prompt
+    that fits; an endpoint, which refuses a prompt over its context (``ValueError``), is asked the whole prompt, and
+    where it refuses, fewer utterances by bisection (each prompt it takes is answered: a few requests more, only where
+    one is refused). Replies read from and stored in ``cache`` and counted in ``asked`` as ``cached_chat`` does.
+    ``ValueError`` naming ``question`` when not even the prompt over none is taken."""
+    if getattr(llm, "fits", None) is not None:
+        n, prompt = most_that_fit(prompt_of, n, lambda p: llm.fits([p], max_new_tokens)[0])
+        return n, prompt, cached_chat(llm, [prompt], max_new_tokens, cache, asked=asked)[0]
+    replies, refusals = {}, []
+
+    def taken(prompt: str) -> bool:
+        try:
+            replies[prompt] = cached_chat(llm, [prompt], max_new_tokens, cache, asked=asked)[0]
+            return True
+        except ValueError as exc:  # a refusal (any other failure is RuntimeError, and stops)
+            refusals.append(exc)
+            return False
+
+    try:
+        n, prompt = most_that_fit(prompt_of, n, taken)
+    except ValueError:
+        raise ValueError(f"question: the LLM refused its prompt without any utterance too: {refusals[-1]}") from None
+    return n, prompt, replies[prompt]
 
 
 def session_prompt(bank: MemoryBank, session: int, max_chars: int = 4000) -> str:

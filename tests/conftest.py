@@ -48,6 +48,17 @@ def llama_server(tmp_path_factory):
     (greedy replies; one request at a time, as the server decodes them). Prompts are read one token at a time
     (``--n_batch 1``): the server reuses the cached prefix a prompt shares with the previous one and reads only the
     rest, and read in batches of another split the 135M model's greedy reply could change with the previous prompt."""
+    yield from _llama_server(tmp_path_factory, "--n_ctx", "8192", "--n_batch", "1")
+
+
+@pytest.fixture(scope="session")
+def small_llama_server(tmp_path_factory):
+    """``llama_server`` in a context of 512 tokens, which refuses a prompt that its reply would take past them (a
+    400), prompts read in batches."""
+    yield from _llama_server(tmp_path_factory, "--n_ctx", "512")
+
+
+def _llama_server(tmp_path_factory, *options: str):
     pytest.importorskip("llama_cpp.server")
     from assomem_gpu.llm import bundled_smollm2
 
@@ -58,7 +69,7 @@ def llama_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("llama") / "server.log"
     with open(log, "w") as fh:  # a file, not a pipe: the server logs every request and would fill a pipe and stall
         proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(folder / name), "--host",
-                                 "127.0.0.1", "--port", str(port), "--n_ctx", "8192", "--seed", "0", "--n_batch", "1"],
+                                 "127.0.0.1", "--port", str(port), "--seed", "0", *options],
                                 stdout=fh, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     try:

@@ -17,7 +17,7 @@ from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder
 from assomem_gpu.eval.__main__ import main as eval_main
 from assomem_gpu.eval.runner import read_rankings
-from assomem_gpu.llm import ResponseCache, cached_chat
+from assomem_gpu.llm import ResponseCache, cached_chat, make_llm
 
 
 @pytest.mark.parametrize("prediction, reference, em, f1", [
@@ -249,7 +249,7 @@ def test_answer_cli_retrieves_itself_and_rejects_bad_input(tmp_path, answered_lm
     written = json.loads(report.read_text())
     row = written["by_k"]["6"]
     assert row["recall"] is not None and "Acc" not in row["all"]  # no judge asked
-    assert written["trimmed"] == {"6": 0}  # an endpoint tells no context: no prompt is cut
+    assert written["trimmed"] == {"6": 0}  # the endpoint refuses none of these prompts: none is cut
     assert answer_main(["--dataset", dataset, "--llm", "gpt-9000", "--output", str(tmp_path / "b.jsonl")]) == 2
     assert "LLM must be" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -303,6 +303,51 @@ def test_an_answer_shows_the_best_utterances_that_fit_the_llms_context(isolated_
     assert small_context.fits([over], 8) == [False]  # one more utterance would not have fitted
     with pytest.raises(ValueError, match="question: its prompt exceeds the LLM's context without any utterance"):
         index.answer("What is my cat called?", k=6, llm=small_context, max_new_tokens=1000)
+
+
+def test_an_endpoint_that_refuses_a_prompt_answers_from_the_most_it_takes(isolated_cache, small_llama_server):
+    """An endpoint tells its context only by refusing a prompt: the answer is asked over fewer of the best utterances,
+    by bisection, and one more would have been refused."""
+    words = "river stone garden lamp violin harbor pepper cotton silver meadow orbit candle".split()
+    index = MemoryIndex(HashingEncoder(), device="cpu")
+    index.add_sessions([Session(f"s{i}", "2024-03-01", [Utterance(
+        f"My cat Miso likes toy {i}: " + " ".join(f"{words[(i * 7 + j) % 12]}{j}" for j in range(30)), "user")])
+        for i in range(8)])
+    remote = make_llm(small_llama_server)
+    found = index.answer("What is my cat called?", k=6, llm=remote, max_new_tokens=8)
+    best = index.search("What is my cat called?", k=6)
+    assert 0 < len(found.hits) < 6 and found.hits == best[: len(found.hits)]
+    over = generation_prompt("What is my cat called?", [(h.date[:10], h.speaker, h.text)
+                                                         for h in best[: len(found.hits) + 1]])
+    with pytest.raises(ValueError, match="refused"):
+        remote.chat([over], 8)  # one more utterance: refused
+    with pytest.raises(ValueError, match="question: the LLM refused its prompt without any utterance too"):
+        index.answer("What is my cat called? " + "Tell me. " * 200, k=6, llm=remote, max_new_tokens=8)
+
+
+def test_answer_cli_asks_an_endpoint_that_refuses_a_prompt_over_fewer_utterances(tmp_path, small_llama_server,
+                                                                                   capsys):
+    words = "river stone garden lamp violin harbor pepper cotton silver meadow orbit candle".split()
+    lines = [{"type": "session", "id": f"s{i}", "date": "2024-03-01", "utterances": [
+        {"speaker": "user", "text": f"My cat Miso likes toy {i}: " + " ".join(
+            f"{words[(i * 7 + j) % 12]}{j}" for j in range(30))}]} for i in range(8)]
+    lines += [{"type": "question", "id": f"q{i}", "text": f"Which toy {i} does my cat Miso like?",
+               "evidence": [f"s{i}:0"], "answer": f"toy {i}", "date": "2024-03-02"} for i in range(2)]
+    data = tmp_path / "long.jsonl"
+    data.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    out, report = tmp_path / "a.jsonl", tmp_path / "r.json"
+    args = ["--dataset", f"jsonl:{data}", "--method", "bm25", "--k", "6", "--llm", small_llama_server,
+            "--max-new-tokens", "8", "--output", str(out), "--report", str(report), "--quiet"]
+    assert answer_main(args) == 0, capsys.readouterr().err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert json.loads(report.read_text())["trimmed"] == {"6": 2} and all(0 < len(r["used"]) < 6 for r in rows)
+    ds, remote = load_dataset(f"jsonl:{data}"), make_llm(small_llama_server)
+    rows_of = {u: i for i, u in enumerate(ds.bank.utt_ids)}
+    for i, r in enumerate(rows):
+        with pytest.raises(ValueError, match="refused"):  # one utterance more (each is about as long): refused
+            remote.chat([PromptMaker(ds)(i, [rows_of[u] for u in r["used"]] + [rows_of[next(
+                u for u in ds.bank.utt_ids if u not in r["used"])]])], 8)
+    assert answer_main(args) == 0 and json.loads(report.read_text())["timing"]["generated"] == 0  # replies cached
 
 
 def test_answer_prompts_keep_the_best_utterances_that_fit(lme_file, small_context):

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..cli_options import add_dataset_options, check_writable, dataset_from_options
 from ..eval.plots import recall_curve
-from ..llm import LLM, ResponseCache, cached_chat, fitting, make_llm
+from ..llm import LLM, ResponseCache, cached_chat, fitting, make_llm, reply_fitting
 from ..memory import Dataset
 from ..prompts import ANSWER_TOKENS, final_answer
 from ..ranking_source import add_rankings_options, rankings_from_options
@@ -111,6 +111,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def each_fitting(make: PromptMaker, rankings: list[np.ndarray], k: int, llm: LLM, cache: ResponseCache | None,
+                 max_new_tokens: int, generated: list[int]) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """Per question, the prompt over the most of its first ``k`` utterances that ``llm`` takes (``reply_fitting``)
+    with their ids, and its reply: for an endpoint that refused a prompt, which tells its context by refusing."""
+    out, replies = [], []
+    for i, ranked in enumerate(rankings):
+        top = [int(r) for r in ranked[:k]]
+        try:
+            n, prompt, reply = reply_fitting(llm, lambda m: make(i, top[:m]), len(top), max_new_tokens, cache,
+                                             generated)
+        except ValueError as exc:
+            raise ValueError(f"question {make.ds.questions[i].id!r}: {str(exc).removeprefix('question: ')}") from exc
+        out.append((prompt, [make.ds.bank.utt_ids[r] for r in top[:n]]))
+        replies.append(reply)
+    return out, replies
+
+
 def answer_at(ds: Dataset, rankings: list[np.ndarray], ks: list[int], llm: LLM, judge_llm: LLM | None,
               cache: ResponseCache | None, args: argparse.Namespace) -> tuple[dict, dict, float, float, int]:
     """Every question answered (and judged) at each k: the scores per k, (prompts, answers, scores) per k, and the
@@ -121,8 +138,13 @@ def answer_at(ds: Dataset, rankings: list[np.ndarray], ks: list[int], llm: LLM, 
     for k, r_at_k in zip(ks, recall):
         prompts = make.top_k(rankings, k, fits=lambda ps: fitting(llm, ps, args.max_new_tokens))
         t1 = time.perf_counter()
-        replies = cached_chat(llm, [p for p, _ in prompts], args.max_new_tokens, cache, progress=not args.quiet,
-                              desc=f"answers k={k}", asked=generated)
+        try:
+            replies = cached_chat(llm, [p for p, _ in prompts], args.max_new_tokens, cache, progress=not args.quiet,
+                                  desc=f"answers k={k}", asked=generated)
+        except ValueError:  # an endpoint refused a prompt (over its context): each question the most it takes
+            if getattr(llm, "fits", None) is not None:
+                raise
+            prompts, replies = each_fitting(make, rankings, k, llm, cache, args.max_new_tokens, generated)
         answers = [final_answer(r) for r in replies]
         t2 = time.perf_counter()
         verdicts = judge(ds, answers, judge_llm, cache, progress=not args.quiet) if judge_llm else None
