@@ -2,7 +2,7 @@
 # Reproduces the README results tables: every method and ablation on MeetingQA and the LongMemEval_S dev split
 # (cross-validated), and LongMemEval grown to 2,500 sessions per question (seeded 60-question subset, and all questions
 # for the paired comparisons: AssoMem against BM25 (and flat-dense), each ablation against AssoMem).
-# Writes benchmarks/results/*.json and benchmarks/results/plots/*/*.png. Needs ../shared/data.
+# Writes benchmarks/results/*.json and benchmarks/results/plots/*/*.png. Needs ../shared/data; LoCoMo with LOCOMO set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/results
@@ -51,6 +51,21 @@ for ablation in no-clues no-importance no-temporal no-context no-user-relevance;
       --output "$OUT/longmemeval_l2500_all_$ablation.json"
   compare l2500_all assomem "$ablation" "${L2500[@]}"
 done
+# LoCoMo, a set nothing was tuned on (LOCOMO=path/to/locomo10.json, the public file of github.com/snap-research/locomo,
+# data/): the methods, and each ablation against AssoMem (about a minute each)
+if [ -n "${LOCOMO:-}" ]; then
+  LC=locomo:$LOCOMO
+  run --dataset "$LC" --method assomem,bm25,flat-dense --rankings "$RANKS/locomo10.jsonl" \
+      --output "$OUT/locomo10_methods.json"
+  compare locomo10 bm25 assomem --dataset "$LC"
+  compare locomo10 flat-dense assomem --dataset "$LC"
+  for ablation in no-temporal no-importance no-lexical no-context no-session no-lexical-context no-user-relevance \
+      no-reply no-sentences no-clues; do
+    run --dataset "$LC" --method assomem "--$ablation" --rankings "$RANKS/locomo10.$ablation.jsonl" \
+        --output "$OUT/locomo10_$ablation.json"
+    compare locomo10 assomem "$ablation" --dataset "$LC"
+  done
+fi
 # the shipped fusion weights (assomem_gpu/weights/README.md) applied to MeetingQA, which they never saw
 run --dataset "$MQA" --method assomem --weights assomem_gpu/weights/default.json \
     --output "$OUT/meetingqa_assomem_shipped_weights.json"
