@@ -16,7 +16,12 @@ DEFAULT_KS = (1, 3, 5, 6, 10)
 
 
 def utterance_metrics(ranked: np.ndarray, evidence: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
-    hits = np.isin(ranked, evidence)
+    """R@k, Rany@k and nDCG@k of ``ranked`` (utterance rows or ids, best first; an id again after its first place
+    counts for nothing) against ``evidence``."""
+    ranked = np.asarray(ranked)
+    first = np.zeros(len(ranked), bool)
+    first[np.unique(ranked, return_index=True)[1]] = True
+    hits = np.isin(ranked, evidence) & first
     n = len(evidence)
     out = {}
     for k in ks:
@@ -52,12 +57,20 @@ def session_metrics(ranked_sessions: np.ndarray, evidence_sessions: np.ndarray, 
 
 def mean_by_type(rows: Iterable[tuple[str | None, dict[str, float]]]) -> dict[str, dict[str, float]]:
     """Averages over all rows (key ``"all"``) and per question type, each key's over the rows that hold it; each with
-    ``n``, the rows."""
+    ``n``, the rows, and ``n_<key>`` for a key fewer of them hold (a rubric question has no EM)."""
     groups: dict[str, list[dict[str, float]]] = defaultdict(list)
     for qtype, metrics in rows:
         groups["all"].append(metrics)
         if qtype is not None:
             groups[qtype].append(metrics)
-    return {name: {"n": len(ms), **{key: float(np.mean([m[key] for m in ms if key in m]))
-                                    for key in dict.fromkeys(k for m in ms for k in m)}}
-            for name, ms in groups.items()}
+    return {name: _means(ms) for name, ms in groups.items()}
+
+
+def _means(rows: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {"n": len(rows)}
+    for key in dict.fromkeys(k for m in rows for k in m):
+        held = [m[key] for m in rows if key in m]
+        out[key] = float(np.mean(held))
+        if len(held) < len(rows):
+            out[f"n_{key}"] = len(held)
+    return out

@@ -39,6 +39,8 @@ def test_normalisation_is_squads_or_locomos():
     assert normalize_answer("an apple and a pear", "locomo") == "apple pear"  # LoCoMo drops "and" too
     assert token_f1("she was running", "she runs", "squad") == pytest.approx(2 * (1 / 3) * (1 / 2) / (1 / 3 + 1 / 2))
     assert token_f1("she was running", "she run", "locomo") == pytest.approx(0.8)  # Porter stems: run = run
+    assert token_f1("playful", "play", "locomo") == 1.0 and token_f1("I", "is", "locomo") == 0.0  # NLTK's, the script's
+    assert answer_scores(2022, 2022, False, "locomo", "category-1") == {"EM": 1.0, "F1": 1.0}  # numbers as text
     # LoCoMo's exact match compares sets of tokens; its F1 is 0 where nothing is shared, empty sides included
     for prediction, reference, em, f1 in (("Paris and London", "London and Paris", 1.0, 1.0),
                                           ("Paris, Paris", "Paris", 1.0, 2 / 3), ("", "", 1.0, 0.0),
@@ -74,6 +76,8 @@ def test_scores_per_type_with_abstention_and_judge_errors(answered_lme):
     ("IDK", True), ("idk.", True), ("I don't know.", True), ("I do not know what colour it is", True),
     ("The colour of your car is not mentioned.", True), ("There is no information about a car.", True),
     ("Red", False), ("Idaho", False), ("It is known to be red", False),
+    ('"IDK"', True), ("Answer: IDK", True), ("**IDK**", True), ("Unknown.", True), ("Her age is unknown", True),
+    ("Unknown Mortal Orchestra", False), ("She painted an unknown landscape", False),
 ])
 def test_abstention_is_credited_only_on_abstention_questions(reply, says_idk):
     assert abstains(reply) is says_idk
@@ -130,6 +134,9 @@ def test_read_rankings_checks_every_line(tmp_path, lme_file):
     path.write_text(json.dumps({"question_id": "q1", "ranked": []}))
     with pytest.raises(ValueError, match="no ranking for question 'q2'"):
         read_rankings(path, ds)
+    path.write_text("\n".join(json.dumps({"question_id": "q1", "ranked": []}) for _ in range(2)))
+    with pytest.raises(ValueError, match="r.jsonl:2: question_id: 'q1' has a ranking on an earlier line"):
+        read_rankings(path, ds)  # (a second line replaced the first: two exports run together, say)
     one = ds.bank.utt_ids[0]
     for line, message in (({"question_id": "q1", "ranked": None}, "r.jsonl:1: ranked: expected a list"),
                           ({"question_id": "q1", "ranked": one}, "r.jsonl:1: ranked: expected a list"),

@@ -23,6 +23,11 @@ def test_utterance_metrics_perfect_and_short_ranking():
     assert m["R@1"] == 0.5 and m["R@10"] == 1 and m["nDCG@10"] == pytest.approx(1.0) and m["nDCG@1"] == 1
 
 
+def test_an_id_ranked_again_counts_once():
+    m = utterance_metrics(np.array([5, 5, 7]), np.array([5, 6]), ks=(2,))
+    assert m["R@2"] == 0.5 and m["nDCG@2"] == pytest.approx(1 / (1 + 1 / math.log2(3)))
+
+
 def test_session_metrics_follow_longmemeval_official():
     # utterance ranking mapped to sessions: 4, 4, 2, 9, 2, 5 -> session order 4, 2, 9, 5
     ranked_sessions = np.array([4, 4, 2, 9, 2, 5])
@@ -40,3 +45,10 @@ def test_mean_by_type():
     out = mean_by_type(rows)
     assert out["all"] == {"n": 4, "R@1": 0.5}
     assert out["a"] == {"n": 2, "R@1": 0.5} and out["b"] == {"n": 1, "R@1": 1.0}
+
+
+def test_a_key_fewer_rows_hold_is_averaged_over_those_and_counted():
+    rows = [("u", {"EM": 1.0, "Acc": 1.0}), ("u", {"EM": 0.0, "Acc": 0.0}), ("p", {"Acc": 1.0}), ("p", {"Acc": 1.0})]
+    out = mean_by_type(rows)
+    assert out["all"] == {"n": 4, "EM": 0.5, "n_EM": 2, "Acc": 0.75}
+    assert out["p"] == {"n": 2, "Acc": 1.0}

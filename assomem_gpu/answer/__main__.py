@@ -3,7 +3,7 @@ answers (EM, token F1, and the LLM judge with ``--judge``), write answers JSONL 
 
 With ``--curve`` the questions are answered at every k from 1 to 10, and the report (and ``--plot``) holds Acc@k and
 F1@k beside R@k, as the paper's §8.3 figure. Replies are cached by (model, prompt, token limit) in the cache folder,
-so a rerun asks the LLM only what it has not answered before (``--no-cache``: ask everything).
+so a rerun asks the LLM only what it has not answered before (``--no-cache``: ask everything once).
 """
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--report", help="write scores per k and question type, and timings, as JSON here")
     p.add_argument("--plot", help="write Acc@k / F1@k / R@k curves here (PNG; needs --curve)")
     p.add_argument("--no-cache", action="store_true",
-                   help="ask the LLM every prompt: replies are neither read from nor written to the cache")
+                   help="ask the LLM every prompt once: replies are neither read from nor written to the cache "
+                        "file (the run keeps its own in memory)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_rankings_options(p, "whose top k the LLM is shown")
     args = p.parse_args(argv)
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    cache = None if args.no_cache else ResponseCache()
+    cache = ResponseCache(":memory:" if args.no_cache else None)  # --no-cache: the run's own replies only
     prepare_s = time.perf_counter() - t0  # the dataset loaded, the rankings read or retrieved
     try:
         by_k, answered, generate_s, judge_s, generated = answer_at(ds, rankings, ks, llm, judge_llm, cache, args)
@@ -176,9 +177,9 @@ def print_summary(report: dict) -> None:
         types = [t for t in row if t != "recall"]
         for t in types:
             m = row[t]
-            cells = [str(m["n"]), pct(row["recall"]) if t == "all" else "", pct(m.get("EM")), pct(m.get("F1"))]
+            cells = [str(m["n"]), pct(row["recall"]) if t == "all" else "", *(held(m, c) for c in ("EM", "F1"))]
             if report["judge"]:
-                cells += [pct(m.get("Acc")), pct(m.get("judge_errors"))]
+                cells += [held(m, "Acc"), held(m, "judge_errors")]
             table.add_row(k if t == "all" else "", t, *cells)
     Console().print(table)
     t = report["timing"]
@@ -190,6 +191,12 @@ def print_summary(report: dict) -> None:
 
 def pct(x: float | None) -> str:
     return "" if x is None else f"{100 * x:.2f}"
+
+
+def held(means: dict, key: str) -> str:
+    """``pct`` of a mean, with how many questions it is over where fewer than ``n`` hold it (rubrics have no EM)."""
+    over = means.get(f"n_{key}")
+    return pct(means.get(key)) + ("" if over is None else f" ({over})")
 
 
 if __name__ == "__main__":

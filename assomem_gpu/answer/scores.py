@@ -6,8 +6,9 @@ Two normalisations, by dataset (``STYLES``):
 - ``squad`` (SQuAD v2's ``normalize_answer``; every dataset but LoCoMo): lower case, drop punctuation, drop the
   articles a/an/the, collapse white space; F1 over the tokens, 1 when both sides are empty.
 - ``locomo`` (LoCoMo's ``evaluation.py``): drop commas first (so "1,000" is "1000"), then as SQuAD but "and" is
-  dropped with the articles; exact match compares the sets of tokens ("Paris and London" is "London and Paris"),
-  F1 compares Porter stems (PyStemmer's ``porter``) and is 0 where no token is shared, empty sides included. By
+  dropped with the articles; exact match compares the sets of tokens ("Paris and London" is "London and Paris"; the
+  script defines it, its question answering reports only F1), F1 compares Porter stems (NLTK's ``PorterStemmer``,
+  the script's: "playful" is "play", "is" is not "i") and is 0 where no token is shared, empty sides included. By
   category, as its ``eval_question_answering``: a multi-hop question's (category 1) F1 is the mean over the
   reference's comma-separated answers of the best F1 of the reply's; an open-domain one's (category 3) reference is
   its text before the first ";".
@@ -24,16 +25,24 @@ from functools import lru_cache
 STYLES = ("squad", "locomo")
 _PUNCT = set(string.punctuation)
 _ARTICLES = {"squad": re.compile(r"\b(a|an|the)\b"), "locomo": re.compile(r"\b(a|an|the|and)\b")}
-# replies that decline to answer: the generation prompt asks for "IDK"; small models paraphrase it
-_ABSTAINS = re.compile(r"^idk\b|\bi (?:do not|dont|don't) know\b|\bnot (?:mentioned|specified|provided|stated)\b|"
-                       r"\bno (?:information|mention|record)\b|\bcannot (?:answer|determine)\b|\bunknown\b")
+# replies that decline to answer: the generation prompt asks for "IDK" (quoted or not); small models paraphrase it.
+# "unknown" alone, or said of the thing asked ("is unknown"), not as a word of an answer ("an unknown landscape")
+_ABSTAINS = re.compile(r"\bidk\b|\bi (?:do not|dont|don't) know\b|\bnot (?:mentioned|specified|provided|stated)\b|"
+                       r"\bno (?:information|mention|record)\b|\bcannot (?:answer|determine)\b|^\W*unknown\W*$|"
+                       r"\b(?:is|are|was|were|remains?) unknown\b")
 
 
 @lru_cache(maxsize=1)
 def _porter():
-    import Stemmer
+    """NLTK's ``PorterStemmer()`` in its default mode, as LoCoMo's script makes it."""
+    from nltk.stem import PorterStemmer
 
-    return Stemmer.Stemmer("porter")
+    return PorterStemmer()
+
+
+@lru_cache(maxsize=1 << 16)
+def _stem(word: str) -> str:
+    return _porter().stem(word)
 
 
 def normalize_answer(text: str, style: str = "squad") -> str:
@@ -54,7 +63,7 @@ def exact_match(prediction: str, reference: str, style: str = "squad") -> float:
 def token_f1(prediction: str, reference: str, style: str = "squad") -> float:
     pred, ref = normalize_answer(prediction, style).split(), normalize_answer(reference, style).split()
     if style == "locomo":
-        pred, ref = _porter().stemWords(pred), _porter().stemWords(ref)
+        pred, ref = [_stem(w) for w in pred], [_stem(w) for w in ref]
     if style == "squad" and (not pred or not ref):
         return float(pred == ref)
     same = sum((Counter(pred) & Counter(ref)).values())
@@ -79,6 +88,7 @@ def answer_scores(prediction: str, reference: str | None, abstention: bool, styl
         return {"EM": score, "F1": score}
     if reference is None:
         return None
+    prediction, reference = str(prediction), str(reference)
     if style == "locomo" and question_type == "category-3":
         reference = reference.split(";")[0].strip()
     if style == "locomo" and question_type == "category-1":

@@ -100,8 +100,9 @@ def write_rankings(path: str | Path, data: EmbeddedDataset, rankings: Sequence[n
 def read_rankings(path: str | Path, ds: Dataset) -> list[np.ndarray]:
     """The rankings of ``ds``'s questions from a ranking export (JSON Lines of ``{"question_id", "ranked"}``, as
     ``python -m assomem_gpu.eval --rankings`` writes): bank rows, best first. Every question needs a line (lines of
-    other questions are skipped); a ``question_id`` that is not a string, a ``ranked`` that is not a list of distinct
-    utterance ids, or ids its question's memory does not hold are an error naming the line and the field. An id is
+    other questions are skipped); a ``question_id`` that is not a string or has a line already, a ``ranked`` that is
+    not a list of distinct utterance ids, or ids its question's memory does not hold are an error naming the line and
+    the field. An id is
     read in its question's memory (LoCoMo's ``dia_id`` repeat across conversations)."""
     ids = ds.bank.utt_ids
     memory_of = {q.id: q.memory for q in ds.questions}
@@ -131,6 +132,8 @@ def read_rankings(path: str | Path, ds: Dataset) -> list[np.ndarray]:
                 raise ValueError(f"{path}:{n}: ranked: utterance {unknown[0]!r} is not in question {qid!r}'s memory")
             if len(set(ranked)) != len(ranked):
                 raise ValueError(f"{path}:{n}: ranked: an utterance is ranked twice")
+            if qid in found:
+                raise ValueError(f"{path}:{n}: question_id: {qid!r} has a ranking on an earlier line")
             found[qid] = np.asarray([row_of[u] for u in ranked], np.int64)
     missing = [q.id for q in ds.questions if q.id not in found]
     if missing:
