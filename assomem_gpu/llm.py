@@ -262,8 +262,8 @@ def cached_chat(llm: LLM, prompts: Sequence[str], max_new_tokens: int, cache: Re
                 batch: int = 8, progress: bool = False, desc: str = "LLM", asked: list[int] | None = None
                 ) -> list[str]:
     """``llm.chat(prompts)`` with the replies ``cache`` holds read from it and the others asked ``batch`` at a time,
-    each batch stored as it comes (an interrupted run keeps what it got). ``asked``: gets the number of prompts the
-    LLM was asked appended."""
+    each batch stored as it comes (an interrupted run keeps what it got). ``asked``: gets the number of prompts of each
+    batch the LLM answered appended (a batch that raised has none)."""
     from tqdm.auto import tqdm
 
     out = [cache.get(llm.name, p, max_new_tokens) if cache else None for p in prompts]
@@ -276,9 +276,9 @@ def cached_chat(llm: LLM, prompts: Sequence[str], max_new_tokens: int, cache: Re
                 out[i] = text
             if cache:
                 cache.put_many(llm.name, [(prompts[i], t) for i, t in zip(rows, replies)], max_new_tokens)
+            if asked is not None:
+                asked.append(len(rows))
             bar.update(len(rows))
-    if asked is not None:
-        asked.append(len(missing))
     return out
 
 

@@ -3,6 +3,7 @@ answer CLI against a real OpenAI-compatible server (llama.cpp serving the bundle
 ``MemoryIndex.answer`` with the bundled model run by transformers."""
 import gzip
 import json
+import sqlite3
 
 import numpy as np
 import pytest
@@ -77,7 +78,10 @@ def test_scores_per_type_with_abstention_and_judge_errors(answered_lme):
     ("The colour of your car is not mentioned.", True), ("There is no information about a car.", True),
     ("Red", False), ("Idaho", False), ("It is known to be red", False),
     ('"IDK"', True), ("Answer: IDK", True), ("**IDK**", True), ("Unknown.", True), ("Her age is unknown", True),
-    ("Unknown Mortal Orchestra", False), ("She painted an unknown landscape", False),
+    ("It's unknown; she never said", True), ("Unknown, sorry", True), ("Location unknown", True),
+    ("The answer is unknown to me", True), ("Unknown Mortal Orchestra", False),
+    ("She painted an unknown landscape", False), ("The painting is Unknown Pleasures", False), ("the idk-list", False),
+    ("kidk", False),
 ])
 def test_abstention_is_credited_only_on_abstention_questions(reply, says_idk):
     assert abstains(reply) is says_idk
@@ -332,14 +336,20 @@ def test_an_endpoint_that_refuses_a_prompt_answers_from_the_most_it_takes(isolat
         index.answer("What is my cat called? " + "Tell me. " * 200, k=6, llm=remote, max_new_tokens=8)
 
 
-def test_answer_cli_asks_an_endpoint_that_refuses_a_prompt_over_fewer_utterances(tmp_path, small_llama_server,
-                                                                                   capsys):
+def test_answer_cli_asks_an_endpoint_that_refuses_a_prompt_over_fewer_utterances(tmp_path, isolated_cache,
+                                                                                   small_llama_server, capsys):
+    """Ten questions, each of its own memory; the ninth's (in the second batch of eight asked) holds eight long
+    utterances, whose prompt the endpoint refuses: it is answered over fewer, the others as they were, and every
+    reply the run got is counted once (the first batch's too) and cached once."""
     words = "river stone garden lamp violin harbor pepper cotton silver meadow orbit candle".split()
-    lines = [{"type": "session", "id": f"s{i}", "date": "2024-03-01", "utterances": [
+    lines = [{"type": "session", "id": f"long{i}", "date": "2024-03-01", "memory": "q8", "utterances": [
         {"speaker": "user", "text": f"My cat Miso likes toy {i}: " + " ".join(
             f"{words[(i * 7 + j) % 12]}{j}" for j in range(30))}]} for i in range(8)]
-    lines += [{"type": "question", "id": f"q{i}", "text": f"Which toy {i} does my cat Miso like?",
-               "evidence": [f"s{i}:0"], "answer": f"toy {i}", "date": "2024-03-02"} for i in range(2)]
+    lines += [{"type": "session", "id": f"short{i}", "date": "2024-03-01", "memory": f"q{i}", "utterances": [
+        {"speaker": "user", "text": f"My cat Miso likes toy {i}."}]} for i in range(10) if i != 8]
+    lines += [{"type": "question", "id": f"q{i}", "text": f"Which toy {i} does my cat Miso like?", "memory": f"q{i}",
+               "evidence": ["long0:0" if i == 8 else f"short{i}:0"], "answer": f"toy {i}", "date": "2024-03-02"}
+              for i in range(10)]
     data = tmp_path / "long.jsonl"
     data.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     out, report = tmp_path / "a.jsonl", tmp_path / "r.json"
@@ -347,13 +357,16 @@ def test_answer_cli_asks_an_endpoint_that_refuses_a_prompt_over_fewer_utterances
             "--max-new-tokens", "8", "--output", str(out), "--report", str(report), "--quiet"]
     assert answer_main(args) == 0, capsys.readouterr().err
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert json.loads(report.read_text())["trimmed"] == {"6": 2} and all(0 < len(r["used"]) < 6 for r in rows)
+    written = json.loads(report.read_text())
+    assert written["trimmed"] == {"6": 1} and 0 < len(rows[8]["used"]) < 6
+    assert [len(r["used"]) for i, r in enumerate(rows) if i != 8] == [1] * 9
+    with sqlite3.connect(isolated_cache / "llm_responses.sqlite") as db:
+        assert written["timing"]["generated"] == db.execute("SELECT COUNT(*) FROM replies").fetchone()[0]
     ds, remote = load_dataset(f"jsonl:{data}"), make_llm(small_llama_server)
     rows_of = {u: i for i, u in enumerate(ds.bank.utt_ids)}
-    for i, r in enumerate(rows):
-        with pytest.raises(ValueError, match="refused"):  # one utterance more (each is about as long): refused
-            remote.chat([PromptMaker(ds)(i, [rows_of[u] for u in r["used"]] + [rows_of[next(
-                u for u in ds.bank.utt_ids if u not in r["used"])]])], 8)
+    more = next(u for u in ds.memory_utterances(ds.questions[8].memory) if ds.bank.utt_ids[u] not in rows[8]["used"])
+    with pytest.raises(ValueError, match="refused"):  # one utterance more (each is about as long): refused
+        remote.chat([PromptMaker(ds)(8, [rows_of[u] for u in rows[8]["used"]] + [int(more)])], 8)
     assert answer_main(args) == 0 and json.loads(report.read_text())["timing"]["generated"] == 0  # replies cached
 
 

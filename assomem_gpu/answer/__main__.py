@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -112,21 +113,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def each_fitting(make: PromptMaker, rankings: list[np.ndarray], k: int, llm: LLM, cache: ResponseCache | None,
+def each_fitting(make: PromptMaker, rankings: list[np.ndarray], k: int, llm: LLM, cache: ResponseCache,
                  max_new_tokens: int, generated: list[int]) -> tuple[list[tuple[str, list[str]]], list[str]]:
     """Per question, the prompt over the most of its first ``k`` utterances that ``llm`` takes (``reply_fitting``)
-    with their ids, and its reply: for an endpoint that refused a prompt, which tells its context by refusing."""
-    out, replies = [], []
-    for i, ranked in enumerate(rankings):
-        top = [int(r) for r in ranked[:k]]
+    with their ids, and its reply: for an endpoint that refused a prompt, which tells its context by refusing. The
+    questions run ``llm.concurrency`` at a time (an endpoint's requests in flight); those ``cache`` answered already
+    cost nothing."""
+    def one(i: int) -> tuple[tuple[str, list[str]], str]:
+        top = [int(r) for r in rankings[i][:k]]
         try:
             n, prompt, reply = reply_fitting(llm, lambda m: make(i, top[:m]), len(top), max_new_tokens, cache,
                                              generated)
         except ValueError as exc:
             raise ValueError(f"question {make.ds.questions[i].id!r}: {str(exc).removeprefix('question: ')}") from exc
-        out.append((prompt, [make.ds.bank.utt_ids[r] for r in top[:n]]))
-        replies.append(reply)
-    return out, replies
+        return (prompt, [make.ds.bank.utt_ids[r] for r in top[:n]]), reply
+
+    with ThreadPoolExecutor(getattr(llm, "concurrency", 1)) as pool:
+        done = list(pool.map(one, range(len(rankings))))
+    return [p for p, _ in done], [r for _, r in done]
 
 
 def answer_at(ds: Dataset, rankings: list[np.ndarray], ks: list[int], llm: LLM, judge_llm: LLM | None,

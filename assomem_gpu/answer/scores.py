@@ -26,10 +26,12 @@ STYLES = ("squad", "locomo")
 _PUNCT = set(string.punctuation)
 _ARTICLES = {"squad": re.compile(r"\b(a|an|the)\b"), "locomo": re.compile(r"\b(a|an|the|and)\b")}
 # replies that decline to answer: the generation prompt asks for "IDK" (quoted or not); small models paraphrase it.
-# "unknown" alone, or said of the thing asked ("is unknown"), not as a word of an answer ("an unknown landscape")
-_ABSTAINS = re.compile(r"\bidk\b|\bi (?:do not|dont|don't) know\b|\bnot (?:mentioned|specified|provided|stated)\b|"
-                       r"\bno (?:information|mention|record)\b|\bcannot (?:answer|determine)\b|^\W*unknown\W*$|"
-                       r"\b(?:is|are|was|were|remains?) unknown\b")
+# "unknown" as the reply's last word, or first or after "is" with a stop after it ("Unknown, sorry", "it's unknown;
+# ..."), or "unknown to me": not as a word of an answer ("Unknown Mortal Orchestra", "an unknown landscape")
+_ABSTAINS = re.compile(r"(?<![\w-])idk(?![\w-])|\bi (?:do not|dont|don't) know\b|"
+                       r"\bnot (?:mentioned|specified|provided|stated)\b|\bno (?:information|mention|record)\b|"
+                       r"\bcannot (?:answer|determine)\b|\bunknown\W*$|\bunknown to (?:me|us)\b|"
+                       r"(?:^\W*|(?:\banswer|\bis|'s|\bare|\bwas|\bwere|\bremains?)\W*)unknown\s*[.;,:(!]")
 
 
 @lru_cache(maxsize=1)
