@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def each_fitting(make: PromptMaker, rankings: list[np.ndarray], k: int, llm: LLM, cache: ResponseCache,
+def each_fitting(make: PromptMaker, rankings: list[np.ndarray], k: int, llm: LLM, cache: ResponseCache | None,
                  max_new_tokens: int, generated: list[int]) -> tuple[list[tuple[str, list[str]]], list[str]]:
     """Per question, the prompt over the most of its first ``k`` utterances that ``llm`` takes (``reply_fitting``)
     with their ids, and its reply: for an endpoint that refused a prompt, which tells its context by refusing. The
