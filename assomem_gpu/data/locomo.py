@@ -49,11 +49,10 @@ def load_locomo(path: str) -> Dataset:
                 where = f"{rec}, {key}[{t}]"
                 dia_id = given = field(path, where, turn, "dia_id", str)
                 if dia_id in dia_rows or dia_id in held:  # a repeat: its own id, '<dia_id>#<n>'
+                    repeated.append(where)
                     while dia_id in dia_rows or dia_id in held or dia_id in given_ids:
                         repeats[given] = repeats.get(given, 1) + 1
                         dia_id = f"{given}#{repeats[given]}"
-                if dia_id != given:
-                    repeated.append(where)
                 held.add(dia_id)
                 turns.append((dia_id, prose(path, where, turn, "speaker"), _turn_text(path, where, turn)))
             date = timestamp(path, rec, conv, f"{key}_date_time", unread)

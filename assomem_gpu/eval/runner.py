@@ -102,8 +102,7 @@ def read_rankings(path: str | Path, ds: Dataset) -> list[np.ndarray]:
     ``python -m assomem_gpu.eval --rankings`` writes): bank rows, best first. Every question needs a line (lines of
     other questions are skipped); a ``question_id`` that is not a string or has a line already, a ``ranked`` that is
     not a list of distinct utterance ids, or ids its question's memory does not hold are an error naming the line and
-    the field. An id is
-    read in its question's memory (LoCoMo's ``dia_id`` repeat across conversations)."""
+    the field. An id is read in its question's memory (LoCoMo's ``dia_id`` repeat across conversations)."""
     ids = ds.bank.utt_ids
     memory_of = {q.id: q.memory for q in ds.questions}
     rows_of: dict[int, dict[str, int]] = {}  # memory -> its utterance ids' bank rows

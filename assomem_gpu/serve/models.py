@@ -58,7 +58,7 @@ class Search(Strict):
 class Ask(Strict):
     question: str = Field(min_length=1, max_length=MAX_ANSWER_QUESTION)
     k: int = Field(6, ge=1, le=MAX_ANSWER_K, strict=True, description="retrieved utterances the LLM is shown (at most: "
-                   "the best that fit a local LLM's context)")
+                   "the best that fit the LLM's context)")
     question_date: When = None
     sessions: list[str] | None = Field(None, description="only these session ids")
     since: When = None
