@@ -15,7 +15,7 @@ import json
 import os
 import sqlite3
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Protocol, Sequence
@@ -28,9 +28,21 @@ CLUE_TOKENS = 48  # token limit of a clue
 
 
 class LLM(Protocol):
+    """What answers a prompt. ``chat`` raises ``ValueError`` where the model refuses a prompt (over its context); an
+    endpoint raises ``Refused``, which also carries its replies to the batch's other prompts. A model that knows its
+    context also has ``fits`` (``TransformersLLM.fits``)."""
     name: str  # identity in the response cache
 
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]: ...
+
+
+class Refused(ValueError):
+    """An endpoint refused one or more of the prompts asked (over the model's context, say): ``replies`` holds the
+    replies in the prompts' order, None where a prompt was refused (or, from ``cached_chat``, not asked)."""
+
+    def __init__(self, message: str, replies: list[str | None]):
+        super().__init__(message)
+        self.replies = replies
 
 
 def bundled_smollm2() -> tuple[Path, str]:
@@ -149,20 +161,24 @@ class TransformersLLM:
         return out
 
 
+def knows_context(llm: LLM) -> bool:
+    """Whether ``llm`` tells beforehand which prompts fit its context (it has ``fits``: a local model), rather than
+    refusing one that does not (an endpoint: ``chat`` raises ``ValueError``)."""
+    return getattr(llm, "fits", None) is not None
+
+
 def fitting(llm: LLM, prompts: Sequence[str], max_new_tokens: int) -> list[bool]:
-    """Which of ``prompts`` fit ``llm``'s context with ``max_new_tokens`` to spare: its ``fits`` where it has one (a
-    local model knows its context), else every one (an endpoint refuses one that does not: ``chat`` raises
-    ``ValueError``)."""
-    fits = getattr(llm, "fits", None)
-    return list(fits(prompts, max_new_tokens)) if fits else [True] * len(prompts)
+    """Which of ``prompts`` fit ``llm``'s context with ``max_new_tokens`` to spare: its ``fits`` where it
+    ``knows_context``, else every one."""
+    return list(llm.fits(prompts, max_new_tokens)) if knows_context(llm) else [True] * len(prompts)
 
 
 class OpenAICompatibleLLM:
     """Any server speaking the OpenAI chat-completions protocol (vLLM, llama.cpp's server, OpenAI, ...), through the
     ``openai`` package: ``timeout`` seconds a request, ``retries`` retries with exponential backoff (on connection
     errors, 408, 409, 429 and 5xx), at most ``concurrency`` requests of this client in flight, whichever threads call
-    it. A prompt the endpoint refuses (400: over the model's context, say) raises ``ValueError``; any other failure
-    ``RuntimeError``."""
+    it. A prompt the endpoint refuses (400: over the model's context, say) raises ``Refused`` (a ``ValueError``); any
+    other failure ``RuntimeError``."""
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0,
                  retries: int = 3, concurrency: int = 4):
@@ -196,8 +212,20 @@ class OpenAICompatibleLLM:
             raise RuntimeError(f"LLM endpoint {self.base_url} (model {self.model}) failed: {exc}") from exc
 
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]:
+        """The replies to ``prompts``, asked ``concurrency`` at a time: ``Refused`` where the endpoint refused any
+        (after the others were answered); ``RuntimeError`` at the first request that failed otherwise (the prompts not
+        yet sent are not)."""
         with ThreadPoolExecutor(min(self.concurrency, max(len(prompts), 1))) as pool:
-            return list(pool.map(lambda p: self._one(p, max_new_tokens), prompts))
+            asked = [pool.submit(self._one, p, max_new_tokens) for p in prompts]
+            for done in as_completed(asked):
+                if done.exception() is not None and not isinstance(done.exception(), ValueError):
+                    pool.shutdown(cancel_futures=True)
+                    raise done.exception()
+        refused = [a.exception() for a in asked if a.exception() is not None]
+        replies = [None if a.exception() is not None else a.result() for a in asked]
+        if refused:
+            raise Refused(str(refused[0]), replies) from refused[0]
+        return replies
 
 
 def _model_identity(model: str | Path) -> str:
@@ -262,22 +290,31 @@ def cached_chat(llm: LLM, prompts: Sequence[str], max_new_tokens: int, cache: Re
                 batch: int = 8, progress: bool = False, desc: str = "LLM", asked: list[int] | None = None
                 ) -> list[str]:
     """``llm.chat(prompts)`` with the replies ``cache`` holds read from it and the others asked ``batch`` at a time,
-    each batch stored as it comes (an interrupted run keeps what it got). ``asked``: gets the number of prompts of each
-    batch the LLM answered appended (a batch that raised has none)."""
+    each batch stored as it comes (an interrupted run keeps what it got; a batch the LLM answered in part before it
+    raised ``Refused``, that part). ``asked``: gets the number of prompts of each batch the LLM answered appended."""
     from tqdm.auto import tqdm
 
     out = [cache.get(llm.name, p, max_new_tokens) if cache else None for p in prompts]
     missing = [i for i, text in enumerate(out) if text is None]
+
+    def keep(rows: list[int], replies: Sequence[str | None]) -> None:
+        got = [(i, text) for i, text in zip(rows, replies) if text is not None]
+        for i, text in got:
+            out[i] = text
+        if cache:
+            cache.put_many(llm.name, [(prompts[i], text) for i, text in got], max_new_tokens)
+        if asked is not None:
+            asked.append(len(got))
+
     with tqdm(total=len(missing), desc=desc, unit="prompt", disable=not progress or len(missing) < 2) as bar:
         for lo in range(0, len(missing), batch):
             rows = missing[lo : lo + batch]
-            replies = llm.chat([prompts[i] for i in rows], max_new_tokens)
-            for i, text in zip(rows, replies):
-                out[i] = text
-            if cache:
-                cache.put_many(llm.name, [(prompts[i], t) for i, t in zip(rows, replies)], max_new_tokens)
-            if asked is not None:
-                asked.append(len(rows))
+            try:
+                replies = llm.chat([prompts[i] for i in rows], max_new_tokens)
+            except Refused as exc:
+                keep(rows, exc.replies)
+                raise Refused(str(exc), out) from exc
+            keep(rows, replies)
             bar.update(len(rows))
     return out
 
@@ -290,7 +327,7 @@ def reply_fitting(llm: LLM, prompt_of: Callable[[int], str], n: int, max_new_tok
     where it refuses, fewer utterances by bisection (each prompt it takes is answered: a few requests more, only where
     one is refused). Replies read from and stored in ``cache`` and counted in ``asked`` as ``cached_chat`` does.
     ``ValueError`` naming ``question`` when not even the prompt over none is taken."""
-    if getattr(llm, "fits", None) is not None:
+    if knows_context(llm):
         n, prompt = most_that_fit(prompt_of, n, lambda p: llm.fits([p], max_new_tokens)[0])
         return n, prompt, cached_chat(llm, [prompt], max_new_tokens, cache, asked=asked)[0]
     replies, refusals = {}, []

@@ -18,7 +18,7 @@ from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder
 from assomem_gpu.eval.__main__ import main as eval_main
 from assomem_gpu.eval.runner import read_rankings
-from assomem_gpu.llm import ResponseCache, cached_chat, make_llm
+from assomem_gpu.llm import Refused, ResponseCache, cached_chat, make_llm
 
 
 @pytest.mark.parametrize("prediction, reference, em, f1", [
@@ -334,6 +334,26 @@ def test_an_endpoint_that_refuses_a_prompt_answers_from_the_most_it_takes(isolat
         remote.chat([over], 8)  # one more utterance: refused
     with pytest.raises(ValueError, match="question: the LLM refused its prompt without any utterance too"):
         index.answer("What is my cat called? " + "Tell me. " * 200, k=6, llm=remote, max_new_tokens=8)
+
+
+def test_a_batch_an_endpoint_refuses_in_part_keeps_the_replies_it_got(tmp_path, small_llama_server, monkeypatch):
+    """Prompts of which one is cached and one the endpoint refuses: the others' replies are cached and counted, the
+    error holds every reply in the prompts' order, and nothing answered is asked again."""
+    remote = make_llm(small_llama_server)
+    requests = []
+    create = remote._client.chat.completions.create
+    monkeypatch.setattr(remote._client.chat.completions, "create", lambda **kw: requests.append(1) or create(**kw))
+    ok = ["Name one colour.", "Name one fruit.", "Name one animal."]
+    over = "Repeat these words: " + "river stone garden lamp " * 200  # past the 512 tokens
+    cache, asked = ResponseCache(tmp_path / "replies.sqlite"), []
+    first = cached_chat(remote, ok[:1], 8, cache, asked=asked)[0]
+    with pytest.raises(Refused, match="refused") as refused:
+        cached_chat(remote, [ok[0], ok[1], over, ok[2]], 8, cache, asked=asked)
+    replies = refused.value.replies
+    assert replies[0] == first and replies[2] is None and None not in (replies[1], replies[3]) and asked == [1, 2]
+    assert [cache.get(remote.name, p, 8) for p in ok] == [first, replies[1], replies[3]] and len(requests) == 4
+    assert cached_chat(remote, ok, 8, cache, asked=asked) == [first, replies[1], replies[3]]
+    assert len(requests) == 4 and asked == [1, 2]
 
 
 def test_answer_cli_asks_an_endpoint_that_refuses_a_prompt_over_fewer_utterances(tmp_path, isolated_cache,

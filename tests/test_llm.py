@@ -156,3 +156,31 @@ def test_llm_clues_of_a_live_index_stay_off_disk(tmp_path, isolated_cache):
     index.remove_sessions(["a"])
     files = [p for p in isolated_cache.rglob("*") if p.is_file()] if isolated_cache.exists() else []
     assert not any(b"leather" in p.read_bytes() for p in files)
+
+
+def test_an_endpoint_that_fails_stops_the_batch_at_the_first_failure():
+    """A hung endpoint (a loopback socket that accepts and never answers): the first timeout fails the batch, and the
+    prompts not yet sent are not sent (each would wait out its own timeout)."""
+    import socket
+    import threading
+
+    opened = []
+
+    def accept() -> None:
+        try:
+            while True:
+                opened.append(server.accept()[0])
+        except OSError:  # the socket closed: the test is over
+            pass
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        threading.Thread(target=accept, daemon=True).start()
+        llm = OpenAICompatibleLLM(f"http://127.0.0.1:{server.getsockname()[1]}/v1", "m", timeout=1.0, retries=0,
+                                  concurrency=2)
+        with pytest.raises(RuntimeError, match="failed"):
+            llm.chat([f"prompt {i}" for i in range(8)], 8)
+        assert len(opened) <= 4
+        for conn in opened:
+            conn.close()

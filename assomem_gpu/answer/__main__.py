@@ -18,7 +18,7 @@ import numpy as np
 
 from ..cli_options import add_dataset_options, check_writable, dataset_from_options
 from ..eval.plots import recall_curve
-from ..llm import LLM, ResponseCache, cached_chat, fitting, make_llm, reply_fitting
+from ..llm import LLM, ResponseCache, cached_chat, fitting, knows_context, make_llm, reply_fitting
 from ..memory import Dataset
 from ..prompts import ANSWER_TOKENS, final_answer
 from ..ranking_source import add_rankings_options, rankings_from_options
@@ -147,7 +147,7 @@ def answer_at(ds: Dataset, rankings: list[np.ndarray], ks: list[int], llm: LLM, 
             replies = cached_chat(llm, [p for p, _ in prompts], args.max_new_tokens, cache, progress=not args.quiet,
                                   desc=f"answers k={k}", asked=generated)
         except ValueError:  # an endpoint refused a prompt (over its context): each question the most it takes
-            if getattr(llm, "fits", None) is not None:
+            if knows_context(llm):
                 raise
             prompts, replies = each_fitting(make, rankings, k, llm, cache, args.max_new_tokens, generated)
         answers = [final_answer(r) for r in replies]
