@@ -18,6 +18,17 @@ compare() {  # compare SET A B DATASET-OPTIONS...: B against A, question by ques
   python -m assomem_gpu.eval.compare "$@" "$RANKS/$set.$a.jsonl" "$RANKS/$set.$b.jsonl" \
       --output "$OUT/compare_${set}_${a}_vs_${b}.json" > /dev/null
 }
+# the paper's signals (relevance, importance, temporal) and BM25's, without the ones this project added
+PAPER=(--no-context --no-session --no-lexical-context --no-reply --no-user-relevance)
+importance_in_paper_signals() {  # importance_in_paper_signals SET PREFIX DATASET-OPTIONS...: them with and without
+  local set=$1 prefix=$2  # importance; results in $OUT/PREFIX_*.json, the comparison in compare_SET_*.json
+  shift 2
+  run "$@" --method assomem "${PAPER[@]}" --output "$OUT/${prefix}_paper-signals.json" \
+      --rankings "$RANKS/$set.paper-signals.jsonl"
+  run "$@" --method assomem "${PAPER[@]}" --no-importance --output "$OUT/${prefix}_paper-signals_no-importance.json" \
+      --rankings "$RANKS/$set.paper-signals_no-importance.jsonl"
+  compare "$set" paper-signals paper-signals_no-importance "$@"
+}
 for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
   set -- $pair
   run --dataset "$2" --method "$METHODS" --output "$OUT/$1_methods.json" --plot "$OUT/plots/$1" \
@@ -29,6 +40,7 @@ for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
     compare "$1" assomem "$ablation" --dataset "$2"
   done
   compare "$1" bm25 assomem --dataset "$2"
+  importance_in_paper_signals "$1" "$1" --dataset "$2"
   run --dataset "$2" --method assomem --lexical-pool 0 --output "$OUT/$1_no-lexical-pool.json"
   run --dataset "$2" --method assomem --dense-pool 0 --output "$OUT/$1_no-dense-pool.json"
   run --dataset "$2" --method assomem --clue-merge components --output "$OUT/$1_components.json"
@@ -51,6 +63,7 @@ for ablation in no-clues no-importance no-temporal no-context no-user-relevance;
       --output "$OUT/longmemeval_l2500_all_$ablation.json"
   compare l2500_all assomem "$ablation" "${L2500[@]}"
 done
+importance_in_paper_signals l2500_all longmemeval_l2500_all "${L2500[@]}"
 # LoCoMo, a set nothing was tuned on (LOCOMO=path/to/locomo10.json, the public file of github.com/snap-research/locomo,
 # data/): the methods, and each ablation against AssoMem (about a minute each)
 if [ -n "${LOCOMO:-}" ]; then
@@ -64,6 +77,15 @@ if [ -n "${LOCOMO:-}" ]; then
     run --dataset "$LC" --method assomem "--$ablation" --rankings "$RANKS/locomo10.$ablation.jsonl" \
         --output "$OUT/locomo10_$ablation.json"
     compare locomo10 assomem "$ablation" --dataset "$LC"
+  done
+  importance_in_paper_signals locomo10 locomo10 --dataset "$LC"
+  for signals in "no-context no-session" "no-context" "no-session"; do  # which signals carry what importance does
+    name=${signals// /_}
+    [ -f "$RANKS/locomo10.$name.jsonl" ] || run --dataset "$LC" --method assomem ${signals//no-/--no-} \
+        --output "$OUT/locomo10_$name.json" --rankings "$RANKS/locomo10.$name.jsonl"  # (a single ablation's is run)
+    run --dataset "$LC" --method assomem ${signals//no-/--no-} --no-importance \
+        --output "$OUT/locomo10_${name}_no-importance.json" --rankings "$RANKS/locomo10.${name}_no-importance.jsonl"
+    compare locomo10 "$name" "${name}_no-importance" --dataset "$LC"
   done
 fi
 # the shipped fusion weights (assomem_gpu/weights/README.md) applied to MeetingQA, which they never saw
