@@ -330,6 +330,25 @@ def test_a_delete_cut_short_before_its_checkpoint_leaves_no_byte_once_the_store_
     crashed._db.close()
 
 
+def test_a_delete_whose_checkpoint_a_reader_holds_back_leaves_no_byte_once_the_reader_ends(tmp_path, caplog):
+    """Another connection's open read keeps a delete's checkpoint from completing: the delete returns within
+    ``CHECKPOINT_WAIT_MS`` (not the 30 s lock wait) with a warning, and the next write moves the WAL into the file."""
+    secret = b"quetzalcoatl-7731"
+    with open_store(tmp_path, snapshot_every_s=None) as store:
+        store.create_tenant("a")
+        store.add_sessions("a", [session("s0", 0), session("secret", 7, secret.decode())])
+        reader = sqlite3.connect(tmp_path / "store.sqlite")
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM sessions").fetchone()  # a read transaction, open
+        started = time.perf_counter()
+        store.remove_sessions("a", ["secret"])
+        assert time.perf_counter() - started < 10 and "deleted rows stay in its WAL" in caplog.text
+        assert files_holding(tmp_path, secret)  # the WAL holds what the file no longer does
+        reader.close()
+        store.add_sessions("a", [session("s1", 1)])
+        assert files_holding(tmp_path, secret) == [] and store.session_ids("a") == ["s0", "s1"]
+
+
 def test_a_removal_whose_index_fails_after_the_commit_still_leaves_no_byte(tmp_path):
     """The rows are deleted and the WAL checkpointed even where the index fails after the commit; the index is
     dropped and made again from the rows."""

@@ -33,8 +33,8 @@ from ..index import Hit
 from ..llm import make_llm
 from ..store import MemoryStore, Tenant, UnknownTenant
 from .batching import Busy, SearchBatcher
-from .models import (MAX_BODY_BYTES, Added, AddSessions, AnswerOut, Ask, NewTenant, Search, SearchOut, SessionOut,
-                     SessionPage, TenantKey)
+from .models import (MAX_BODY_BYTES, Added, AddSessions, AnswerOut, Ask, NewTenant, RemoveSessions, Search,
+                     SearchOut, SessionOut, SessionPage, TenantKey)
 
 bearer = HTTPBearer(auto_error=False)
 
@@ -227,6 +227,15 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
     def list_sessions(offset: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=1000),
                       who: Tenant = Depends(tenant)) -> SessionPage:
         return SessionPage(sessions=store.session_ids(who, offset, limit), offset=offset, limit=limit)
+
+    @app.post("/v1/sessions/remove", status_code=204)
+    def remove_sessions(body: RemoveSessions, who: Tenant = Depends(tenant)) -> Response:
+        """Remove these sessions, all or none: ids the tenant does not hold are a 404 naming them, nothing removed."""
+        try:
+            store.remove_sessions(who, body.session_ids)
+        except ValueError as exc:  # (the only one: ids not in the index)
+            raise HTTPException(404, str(exc)) from exc
+        return Response(status_code=204)
 
     @app.get("/v1/sessions/{session_id:path}", response_model=SessionOut)  # (an id may hold "/")
     def get_session(session_id: str, who: Tenant = Depends(tenant)) -> SessionOut:

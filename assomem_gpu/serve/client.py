@@ -48,21 +48,23 @@ class MemoryClient:
         return self._call("POST", "/v1/tenants", json={"name": name})["api_key"]
 
     def issue_key(self, name: str) -> str:
-        return self._call("POST", f"/v1/tenants/{quote(name, safe='')}/keys")["api_key"]
+        return self._call("POST", f"/v1/tenants/{segment(name)}/keys")["api_key"]
 
     def delete_tenant(self, name: str) -> None:
-        self._call("DELETE", f"/v1/tenants/{quote(name, safe='')}")
+        self._call("DELETE", f"/v1/tenants/{segment(name)}")
 
     # ---- a tenant's memory ---------------------------------------------------------------------------------------
     def add_sessions(self, sessions: Iterable[Session | Mapping]) -> list[str]:
         return self._call("POST", "/v1/sessions", json={"sessions": session_records(sessions)})["added"]
 
     def remove_sessions(self, session_ids: Iterable[str]) -> None:
-        for sid in session_ids:
-            self._call("DELETE", f"/v1/sessions/{quote(sid, safe='')}")
+        """All of them or, where one is not the tenant's (``KeyError``), none."""
+        ids = list(session_ids)
+        if ids:
+            self._call("POST", "/v1/sessions/remove", json={"session_ids": ids})
 
     def get_session(self, session_id: str) -> Session:
-        s = self._call("GET", f"/v1/sessions/{quote(session_id, safe='')}")
+        s = self._call("GET", f"/v1/sessions/{segment(session_id)}")
         return Session(s["id"], s["date"], [Utterance(u["text"], u["speaker"], u["id"]) for u in s["utterances"]],
                        s["metadata"])
 
@@ -81,6 +83,12 @@ class MemoryClient:
         ``max_new_tokens``)."""
         out = self._call("POST", "/v1/answer", json={"question": question, "k": k, **_dates_as_text(options)})
         return Answer(out["answer"], [Hit(**h) for h in out["hits"]], out["prompt"])
+
+
+def segment(text: str) -> str:
+    """``text`` as one segment of a URL path: percent-encoded, "/" too, and "." and ".." as "%2E" and "%2E%2E" (which a
+    client would otherwise resolve as the folder or its parent)."""
+    return quote(text, safe="") if text.strip(".") else "%2E" * len(text)
 
 
 def _dates_as_text(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from ..prompts import ANSWER_TOKENS
 
 MAX_BODY_BYTES = 16 * 2**20  # default of --max-body-mb
 MAX_SESSIONS = 500  # per request
+MAX_REMOVED = 10_000  # session ids per removal
 MAX_UTTERANCES = 2_000  # per session
 MAX_TEXT = 20_000  # characters per utterance or question
 MAX_QUESTIONS = 256  # per search
@@ -45,6 +46,11 @@ class AddSessions(Strict):
     sessions: list[SessionIn] = Field(min_length=1, max_length=MAX_SESSIONS)
 
 
+class RemoveSessions(Strict):
+    session_ids: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(min_length=1,
+                                                                                 max_length=MAX_REMOVED)
+
+
 class Search(Strict):
     questions: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] = Field(min_length=1,
                                                                                      max_length=MAX_QUESTIONS)
@@ -63,7 +69,7 @@ class Ask(Strict):
     sessions: list[str] | None = Field(None, description="only these session ids")
     since: When = None
     until: When = None
-    max_new_tokens: int = Field(ANSWER_TOKENS, ge=1, le=MAX_ANSWER_TOKENS)
+    max_new_tokens: int = Field(ANSWER_TOKENS, ge=1, le=MAX_ANSWER_TOKENS, strict=True)
 
 
 class NewTenant(Strict):

@@ -54,12 +54,15 @@ class UnknownTenant(KeyError):
     """No tenant of that name (never made, or deleted, perhaps while the call waited)."""
 
 
+BUSY_TIMEOUT_MS = 30_000  # a statement waits this long for the file's lock
+
+
 def connect(path: Path) -> sqlite3.Connection:
     """Open (creating if needed) the store at ``path`` with its settings, and check its schema version."""
     db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
     try:
         for pragma in ("journal_mode=WAL", "synchronous=FULL", "secure_delete=ON", "foreign_keys=ON",
-                       "busy_timeout=30000"):
+                       f"busy_timeout={BUSY_TIMEOUT_MS}"):
             db.execute(f"PRAGMA {pragma}")
         if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:  # a new file: the schema, atomically
             db.executescript(f"BEGIN; {SCHEMA} INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'); COMMIT;")

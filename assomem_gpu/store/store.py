@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import secrets
 import threading
@@ -35,7 +36,10 @@ from ..index import Answer, MemoryIndex, Session, check_fusion
 from ..llm import LLM
 from ..sentences import SENTENCES_VERSION
 from ..snapshot import SnapshotError, sync_folder
-from .schema import StoreError, UnknownTenant, connect
+from .schema import BUSY_TIMEOUT_MS, StoreError, UnknownTenant, connect
+
+log = logging.getLogger(__name__)
+CHECKPOINT_WAIT_MS = 1_000  # at most, for another connection's read to end (a delete's checkpoint)
 
 
 class Tenant(NamedTuple):
@@ -77,6 +81,7 @@ class MemoryStore:
         self.dated, self.max_loaded = dated, max_loaded
         self._db = connect(self.directory / "store.sqlite")
         self._db_lock = threading.Lock()  # one connection: one statement or transaction at a time
+        self._wal_held = False  # whether a reader kept the last checkpoint from completing (_truncate_wal)
         self._lock = threading.Lock()  # the loaded indexes and the per-tenant locks
         self._loaded: OrderedDict[str, tuple[int, MemoryIndex]] = OrderedDict()  # name -> (tenant id, index)
         self._writing: dict[str, threading.Lock] = {}
@@ -312,6 +317,8 @@ class MemoryStore:
                 if held is not None:
                     self._save(*held)
         with self._db_lock:
+            if self._wal_held:
+                self._truncate_wal()
             self._db.close()
 
     def __enter__(self) -> "MemoryStore":
@@ -383,6 +390,8 @@ class MemoryStore:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+        if self._wal_held:  # a delete's checkpoint that a reader held back
+            self._truncate_wal()
 
     def _apply(self, name: str, committed: list[bool], write) -> None:
         """Run a write whose journal commits to SQLite (and then appends to ``committed``); if the index fails after
@@ -545,6 +554,8 @@ class MemoryStore:
     def _snapshot_loop(self, every_s: float) -> None:
         """The background snapshots: every ``every_s`` seconds, those of the loaded tenants written to since."""
         while not self._stop.wait(every_s):
+            if self._wal_held:
+                self._checkpoint()
             with self._lock:
                 due, self._behind = [(n, self._loaded[n]) for n in self._behind if n in self._loaded], set()
             for name, (tenant_id, index) in due:
@@ -568,9 +579,25 @@ class MemoryStore:
             sync_folder(folder)
 
     def _checkpoint(self) -> None:
-        """Move every committed page into the file and truncate the WAL, so that deleted rows leave no copy behind."""
+        """Move every committed page into the file and truncate the WAL, so that deleted rows leave no copy behind
+        (``_truncate_wal``)."""
         with self._db_lock:
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._truncate_wal()
+
+    def _truncate_wal(self) -> None:
+        """``PRAGMA wal_checkpoint(TRUNCATE)`` (the caller holds ``_db_lock``). Another connection reading the file (a
+        backup, say: the directory should be this process's alone) keeps it from completing: it waits
+        ``CHECKPOINT_WAIT_MS`` at most, warns once, and ``_wal_held`` has the snapshot thread's rounds, the next
+        write and ``close`` try again until one completes."""
+        self._db.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+        try:
+            held = bool(self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if held and not self._wal_held:
+            log.warning("another connection reads %s: deleted rows stay in its WAL until a checkpoint completes "
+                        "(tried again at each write and snapshot round)", self.directory / "store.sqlite")
+        self._wal_held = held
 
     def _sweep(self) -> None:
         """At open: delete the snapshots of tenants that are gone and the files a crash left half-written."""
