@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import secrets
+import sqlite3
 import threading
 from collections import OrderedDict
 from contextlib import ExitStack, contextmanager
@@ -592,6 +593,8 @@ class MemoryStore:
         self._db.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
         try:
             held = bool(self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
+        except sqlite3.OperationalError:  # (after a write's commit: the write stands, the checkpoint is tried again)
+            held = True
         finally:
             self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if held and not self._wal_held:
