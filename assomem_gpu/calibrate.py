@@ -127,7 +127,7 @@ def _calibrate(args: argparse.Namespace, stack: ExitStack) -> int:
     questions = list(range(len(ds.questions)))
     try:
         workers = None if client is None else Workers(client, data)
-    except ValueError as exc:
+    except (ValueError, RuntimeError) as exc:  # (RuntimeError: the workers died while the data was sent)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:

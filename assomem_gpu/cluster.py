@@ -22,7 +22,9 @@ runs those tasks again, at most ``RESENDS`` times.
 """
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -41,12 +43,13 @@ RESENDS = 3  # times a run sends its data again after a worker's death lost it
 LOCAL_WORKER_ENV = {"NUMBA_NUM_THREADS": "1"}
 
 
+SPEC = re.compile(r"local:[1-9][0-9]{0,3}|local-cuda|tcp://(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):[0-9]{1,5}")
+
+
 def check_spec(spec: str) -> None:
-    """``ValueError`` unless ``spec`` is ``local:N`` (N ≥ 1), ``local-cuda`` or ``tcp://HOST:PORT``."""
-    n = spec.removeprefix("local:")
-    if not (spec.startswith("tcp://") or spec == "local-cuda" or (spec.startswith("local:") and n.isdigit()
-                                                                  and int(n) >= 1)):
-        raise ValueError(f"cluster must be 'local:N' (N ≥ 1 worker processes), 'local-cuda' or 'tcp://HOST:PORT', "
+    """``ValueError`` unless ``spec`` is ``local:N`` (1 ≤ N < 10,000), ``local-cuda`` or ``tcp://HOST:PORT``."""
+    if not SPEC.fullmatch(spec):
+        raise ValueError(f"cluster must be 'local:N' (1 to 9,999 worker processes), 'local-cuda' or 'tcp://HOST:PORT', "
                          f"got {spec!r}")
 
 
@@ -91,11 +94,16 @@ def connect(spec: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator[Any]:
 def _scheduler(client_class, address: str, timeout_s: float) -> Iterator[Any]:
     """A client of the scheduler at ``address``; ``ValueError`` naming it when none answers within ``timeout_s``
     (Dask's own timeout does not cover a handshake that never ends: another service on that port) or what answers
-    is no Dask scheduler. The connection is made in a daemon thread, so one that hangs holds up nothing."""
+    is no Dask scheduler. What answers is asked who it is first (``_identity``): a client made of another service
+    hung 20 s in its close at the interpreter's exit. The connection is made in a daemon thread, so one that hangs
+    holds up nothing."""
     made: list = []
 
     def make():
         try:
+            kind = asyncio.run(_identity(address, timeout_s)).get("type")
+            if kind != "Scheduler":
+                raise TypeError(f"it says it is a {kind!r}")
             made.append(client_class(address, timeout=f"{timeout_s}s", set_as_default=False))
         except Exception as exc:  # noqa: BLE001 - whatever answered, reported below
             made.append(exc)
@@ -105,12 +113,24 @@ def _scheduler(client_class, address: str, timeout_s: float) -> Iterator[Any]:
     connecting.join(timeout_s + 2)
     if not made or isinstance(made[0], (OSError, TimeoutError)):
         raise ValueError(f"cluster: no Dask scheduler answered at {address} within {timeout_s:g} s"
-                         + (f" ({made[0]})" if made else ""))
+                         + (f" ({made[0] or type(made[0]).__name__})" if made else ""))
     if isinstance(made[0], Exception):
         raise ValueError(f"cluster: what answered at {address} is not a Dask scheduler ({type(made[0]).__name__}: "
                          f"{made[0]})")
     with made[0] as client:
         yield client
+
+
+async def _identity(address: str, timeout_s: float) -> dict:
+    """What the Dask server at ``address`` says it is (its ``identity``: ``{"type": "Scheduler", ...}``), within
+    ``timeout_s`` seconds; its connection closed."""
+    from distributed.core import rpc
+
+    server = rpc(address, timeout=timeout_s)
+    try:
+        return await asyncio.wait_for(server.identity(), timeout_s)
+    finally:
+        await server.close_rpc()
 
 
 class Workers:
@@ -140,8 +160,20 @@ class Workers:
 
     def send(self, value: Any):
         """``value`` on every worker, as one future to pass to a task; kept here, until ``forget``, to send again
-        where the workers lose it."""
-        future = self.client.scatter([value], broadcast=True, hash=False)[0]
+        where the workers lose it. A worker that dies while it is sent to: sent again to those left (or restarted),
+        up to ``RESENDS`` times; then ``RuntimeError``."""
+        for attempt in range(RESENDS + 1):
+            try:
+                future = self.client.scatter([value], broadcast=True, hash=False)[0]
+                break
+            except (OSError, TimeoutError) as exc:  # (a closed connection is an OSError)
+                if attempt == RESENDS:
+                    raise RuntimeError(f"cluster: the workers kept dying while the data was sent to them ({exc})"
+                                       ) from exc
+                try:
+                    self.client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+                except TimeoutError:
+                    raise RuntimeError("cluster: no worker is left to send the data to") from exc
         self._values[future.key] = value
         return future
 
@@ -171,7 +203,8 @@ class Workers:
         if id(method) not in self._methods:
             if getattr(method, "backend", None) is not None:
                 ours = _engine_of(method)
-                other = {addr: e for addr, e in self.client.run(_engine_of, method).items() if e != ours}
+                other = {addr: e for addr, e in self.client.run(_engine_of, method, on_error="return").items()
+                         if not isinstance(e, Exception) and e != ours}  # (a worker that died meanwhile: none)
                 if other:
                     raise ValueError(f"cluster: {method.name} runs {ours} here but {other} on those workers; install "
                                      f"the same engine on every host")
@@ -253,4 +286,5 @@ def _engine_of(method: Method) -> dict:
 
 def worker_peak_rss_mb(client) -> dict[str, float]:
     """Each worker process's peak resident memory so far (MB; a restarted worker's since its restart), by address."""
-    return {addr: round(mb, 1) for addr, mb in client.run(peak_rss_mb).items()}
+    return {addr: round(mb, 1) for addr, mb in client.run(peak_rss_mb, on_error="return").items()
+            if not isinstance(mb, Exception)}  # (a worker that died meanwhile: none)

@@ -8,6 +8,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -203,9 +205,31 @@ def test_a_scheduler_that_is_not_there_is_a_clear_error(capsys, jsonl_file):
                 with connect(address, timeout_s=1):
                     pass
             assert time.monotonic() - start < 6
-    for spec in ("local:0", "local:two", "mpi://x"):
+    for spec in ("local:0", "local:two", "mpi://x", "local:²", "local:2 ", "tcp://", "tcp://host"):
         assert eval_main(["--dataset", f"jsonl:{jsonl_file}", "--encoder", "hashing", "--cluster", spec]) == 2
         assert "cluster must be 'local:N'" in capsys.readouterr().err
+
+
+def test_a_service_that_is_no_scheduler_ends_the_run_at_once(jsonl_file):
+    """The eval CLI pointed at another service that greets first: a clear error and the process ends (a client made
+    of it waited 20 s at the interpreter's exit)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+
+        def answer():
+            peer, _ = server.accept()
+            peer.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            time.sleep(30)
+            peer.close()
+
+        threading.Thread(target=answer, daemon=True).start()
+        start = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "assomem_gpu.eval", "--dataset", f"jsonl:{jsonl_file}", "--encoder",
+                              "hashing", "--cluster", f"tcp://127.0.0.1:{server.getsockname()[1]}", "--quiet"],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and "is not a Dask scheduler" in run.stderr, run.stderr
+        assert time.monotonic() - start < 12 and "Traceback" not in run.stderr
 
 
 def test_workers_of_several_threads_are_refused(jsonl_file):

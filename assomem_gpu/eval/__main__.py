@@ -89,7 +89,7 @@ def run(args: argparse.Namespace, stack: ExitStack) -> int:
     encode_s = time.perf_counter() - t1
     try:
         workers = None if client is None else Workers(client, data)
-    except ValueError as exc:
+    except (ValueError, RuntimeError) as exc:  # (RuntimeError: the workers died while the data was sent)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
