@@ -110,10 +110,10 @@ def _scheduler(client_class, address: str, timeout_s: float) -> Iterator[Any]:
 
     connecting = threading.Thread(target=make, name="dask-connect", daemon=True)
     connecting.start()
-    connecting.join(timeout_s + 2)
+    connecting.join(2 * timeout_s + 2)  # (its identity, then the client)
     if not made or isinstance(made[0], (OSError, TimeoutError)):
         raise ValueError(f"cluster: no Dask scheduler answered at {address} within {timeout_s:g} s"
-                         + (f" ({made[0] or type(made[0]).__name__})" if made else ""))
+                         + (f" ({str(made[0]) or type(made[0]).__name__})" if made else ""))
     if isinstance(made[0], Exception):
         raise ValueError(f"cluster: what answered at {address} is not a Dask scheduler ({type(made[0]).__name__}: "
                          f"{made[0]})")

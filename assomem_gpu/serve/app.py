@@ -228,9 +228,11 @@ def create_app(store: MemoryStore, admin_key: str, max_body_bytes: int = MAX_BOD
                       who: Tenant = Depends(tenant)) -> SessionPage:
         return SessionPage(sessions=store.session_ids(who, offset, limit), offset=offset, limit=limit)
 
-    @app.post("/v1/sessions/remove", status_code=204)
+    @app.post("/v1/sessions/remove", status_code=204,
+              responses={404: {"description": "ids the tenant does not hold (the first five named); none removed"}})
     def remove_sessions(body: RemoveSessions, who: Tenant = Depends(tenant)) -> Response:
-        """Remove these sessions, all or none: ids the tenant does not hold are a 404 naming them, nothing removed."""
+        """Remove these sessions, all or none: ids the tenant does not hold are a 404 naming them (the first five),
+        and nothing is removed."""
         try:
             store.remove_sessions(who, body.session_ids)
         except ValueError as exc:  # (the only one: ids not in the index)

@@ -58,7 +58,8 @@ class MemoryClient:
         return self._call("POST", "/v1/sessions", json={"sessions": session_records(sessions)})["added"]
 
     def remove_sessions(self, session_ids: Iterable[str]) -> None:
-        """All of them or, where one is not the tenant's (``KeyError``), none."""
+        """All of them or, where one is not the tenant's (``KeyError``), none; at most ``models.MAX_REMOVED`` (10,000)
+        ids a call (more: ``ValueError``)."""
         ids = list(session_ids)
         if ids:
             self._call("POST", "/v1/sessions/remove", json={"session_ids": ids})

@@ -47,8 +47,7 @@ class AddSessions(Strict):
 
 
 class RemoveSessions(Strict):
-    session_ids: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(min_length=1,
-                                                                                 max_length=MAX_REMOVED)
+    session_ids: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1, max_length=MAX_REMOVED)
 
 
 class Search(Strict):

@@ -391,8 +391,8 @@ class MemoryStore:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
-        if self._wal_held:  # a delete's checkpoint that a reader held back
-            self._truncate_wal()
+        if self._wal_held:  # a delete's checkpoint that a reader held back: tried again, without waiting
+            self._truncate_wal(wait_ms=0)
 
     def _apply(self, name: str, committed: list[bool], write) -> None:
         """Run a write whose journal commits to SQLite (and then appends to ``committed``); if the index fails after
@@ -585,15 +585,15 @@ class MemoryStore:
         with self._db_lock:
             self._truncate_wal()
 
-    def _truncate_wal(self) -> None:
+    def _truncate_wal(self, wait_ms: int = CHECKPOINT_WAIT_MS) -> None:
         """``PRAGMA wal_checkpoint(TRUNCATE)`` (the caller holds ``_db_lock``). Another connection reading the file (a
-        backup, say: the directory should be this process's alone) keeps it from completing: it waits
-        ``CHECKPOINT_WAIT_MS`` at most, warns once, and ``_wal_held`` has the snapshot thread's rounds, the next
-        write and ``close`` try again until one completes."""
-        self._db.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+        backup, say: the directory should be this process's alone) keeps it from completing: it waits ``wait_ms`` at
+        most, warns once, and ``_wal_held`` has the snapshot thread's rounds, the next write (without waiting) and
+        ``close`` try again until one completes."""
+        self._db.execute(f"PRAGMA busy_timeout = {wait_ms}")
         try:
             held = bool(self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
-        except sqlite3.OperationalError:  # (after a write's commit: the write stands, the checkpoint is tried again)
+        except sqlite3.Error:  # (after a write's commit: the write stands, the checkpoint is tried again)
             held = True
         finally:
             self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
