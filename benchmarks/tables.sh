@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces the README results tables: every method and ablation on MeetingQA and the LongMemEval_S dev split
 # (cross-validated), and LongMemEval grown to 2,500 sessions per question (seeded 60-question subset, and all questions
-# for the paired comparisons: AssoMem against BM25 (and flat-dense), each ablation against AssoMem).
+# for the paired comparisons: AssoMem against BM25 (and flat-dense), each ablation against AssoMem), and importance on
+# the paper's signals alone (README, "Where importance helps").
 # Writes benchmarks/results/*.json and benchmarks/results/plots/*/*.png. Needs ../shared/data; LoCoMo with LOCOMO set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
