@@ -29,8 +29,9 @@ CLUE_TOKENS = 48  # token limit of a clue
 
 class LLM(Protocol):
     """What answers a prompt. ``chat`` raises ``ValueError`` where the model refuses a prompt (over its context); an
-    endpoint raises ``Refused``, which also carries its replies to the batch's other prompts. A model that knows its
-    context also has ``fits`` (``TransformersLLM.fits``)."""
+    endpoint raises ``Refused``, which also carries its replies to the batch's other prompts (and ``Failed``, a
+    ``RuntimeError``, where it failed otherwise). A model that knows its context also has ``fits``
+    (``TransformersLLM.fits``)."""
     name: str  # identity in the response cache
 
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]: ...
@@ -39,6 +40,15 @@ class LLM(Protocol):
 class Refused(ValueError):
     """An endpoint refused one or more of the prompts asked (over the model's context, say): ``replies`` holds the
     replies in the prompts' order, None where a prompt was refused (or, from ``cached_chat``, not asked)."""
+
+    def __init__(self, message: str, replies: list[str | None]):
+        super().__init__(message)
+        self.replies = replies
+
+
+class Failed(RuntimeError):
+    """An endpoint failed (down, timed out) before it answered every prompt asked: ``replies`` as ``Refused``'s, None
+    where a prompt was not answered."""
 
     def __init__(self, message: str, replies: list[str | None]):
         super().__init__(message)
@@ -178,7 +188,7 @@ class OpenAICompatibleLLM:
     ``openai`` package: ``timeout`` seconds a request, ``retries`` retries with exponential backoff (on connection
     errors, 408, 409, 429 and 5xx), at most ``concurrency`` requests of this client in flight, whichever threads call
     it. A prompt the endpoint refuses (400: over the model's context, say) raises ``Refused`` (a ``ValueError``); any
-    other failure ``RuntimeError``."""
+    other failure ``Failed`` (a ``RuntimeError``); both carry the replies the endpoint gave."""
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0,
                  retries: int = 3, concurrency: int = 4):
@@ -213,16 +223,21 @@ class OpenAICompatibleLLM:
 
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]:
         """The replies to ``prompts``, asked ``concurrency`` at a time: ``Refused`` where the endpoint refused any
-        (after the others were answered); ``RuntimeError`` at the first request that failed otherwise (the prompts not
-        yet sent are not)."""
+        (after the others were answered); ``Failed`` at the first request that failed otherwise (the prompts not yet
+        sent are not)."""
+        failure = None
         with ThreadPoolExecutor(min(self.concurrency, max(len(prompts), 1))) as pool:
             asked = [pool.submit(self._one, p, max_new_tokens) for p in prompts]
             for done in as_completed(asked):
                 if done.exception() is not None and not isinstance(done.exception(), ValueError):
+                    failure = done.exception()
                     pool.shutdown(cancel_futures=True)
-                    raise done.exception()
-        refused = [a.exception() for a in asked if a.exception() is not None]
-        replies = [None if a.exception() is not None else a.result() for a in asked]
+                    break
+        answered = [a.done() and not a.cancelled() and a.exception() is None for a in asked]
+        replies = [a.result() if ok else None for a, ok in zip(asked, answered)]
+        if failure is not None:
+            raise Failed(str(failure), replies) from failure
+        refused = [a.exception() for a, ok in zip(asked, answered) if not ok]
         if refused:
             raise Refused(str(refused[0]), replies) from refused[0]
         return replies
@@ -291,7 +306,7 @@ def cached_chat(llm: LLM, prompts: Sequence[str], max_new_tokens: int, cache: Re
                 ) -> list[str]:
     """``llm.chat(prompts)`` with the replies ``cache`` holds read from it and the others asked ``batch`` at a time,
     each batch stored as it comes (an interrupted run keeps what it got; a batch the LLM answered in part before it
-    raised ``Refused``, that part). ``asked``: gets the number of prompts of each batch the LLM answered appended."""
+    raised ``Refused`` or ``Failed``, that part). ``asked``: gets the number of prompts of each batch the LLM answered appended."""
     from tqdm.auto import tqdm
 
     out = [cache.get(llm.name, p, max_new_tokens) if cache else None for p in prompts]
@@ -311,9 +326,9 @@ def cached_chat(llm: LLM, prompts: Sequence[str], max_new_tokens: int, cache: Re
             rows = missing[lo : lo + batch]
             try:
                 replies = llm.chat([prompts[i] for i in rows], max_new_tokens)
-            except Refused as exc:
+            except (Refused, Failed) as exc:
                 keep(rows, exc.replies)
-                raise Refused(str(exc), out) from exc
+                raise type(exc)(str(exc), out) from exc
             keep(rows, replies)
             bar.update(len(rows))
     return out

@@ -91,18 +91,22 @@ def _llama_server(tmp_path_factory, *options: str):
 
 class LLMProxy:
     """An HTTP proxy in front of the real LLM server that can misbehave: ``fail_next`` requests answered 503, then,
-    by ``mode``, forwarded (``"ok"``), forwarded ``delay_s`` late (``"slow"``) or answered 500 (``"down"``)."""
+    by ``mode``, forwarded (``"ok"``), forwarded ``delay_s`` late (``"slow"``) or answered 500 (``"down"``); with
+    ``ok_left`` set, that many more are forwarded and then it is down."""
 
     def __init__(self, upstream: str):
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-        self.upstream, self.mode, self.fail_next, self.delay_s = upstream, "ok", 0, 2.0
+        self.upstream, self.mode, self.fail_next, self.delay_s, self.ok_left = upstream, "ok", 0, 2.0, None
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                if proxy.ok_left is not None:
+                    proxy.mode = "ok" if proxy.ok_left > 0 else "down"
+                    proxy.ok_left -= 1
                 if proxy.fail_next > 0 or proxy.mode == "down":
                     code = 503 if proxy.fail_next > 0 else 500
                     proxy.fail_next = max(0, proxy.fail_next - 1)

@@ -10,7 +10,8 @@ from assomem_gpu.assomem import AssoMem
 from assomem_gpu.config import AssoMemConfig
 from assomem_gpu.data import load_dataset
 from assomem_gpu.encode import HashingEncoder
-from assomem_gpu.llm import OpenAICompatibleLLM, ResponseCache, TransformersLLM, llm_clues, make_llm, session_prompt
+from assomem_gpu.llm import (OpenAICompatibleLLM, ResponseCache, TransformersLLM, cached_chat, llm_clues, make_llm,
+                             session_prompt)
 from assomem_gpu.retrieve import EmbeddedDataset
 
 
@@ -184,3 +185,21 @@ def test_an_endpoint_that_fails_stops_the_batch_at_the_first_failure():
         assert len(opened) <= 4
         for conn in opened:
             conn.close()
+
+
+def test_a_batch_cut_short_by_a_failing_endpoint_keeps_the_replies_it_got(tmp_path, llm_proxy):
+    """The endpoint answers two prompts and is then down: the two replies are cached and counted before the failure
+    is raised (``Failed``, a ``RuntimeError``), so a rerun asks only the rest."""
+    from assomem_gpu.llm import Failed
+
+    llm = OpenAICompatibleLLM(llm_proxy.url, "smollm2", retries=0, concurrency=1)
+    prompts = ["Name one colour.", "Name one fruit.", "Name one animal.", "Name one city."]
+    cache, asked = ResponseCache(tmp_path / "replies.sqlite"), []
+    llm_proxy.ok_left = 2
+    with pytest.raises(Failed, match="failed") as failed:
+        cached_chat(llm, prompts, 8, cache, asked=asked)
+    assert [r is not None for r in failed.value.replies] == [True, True, False, False] and asked == [2]
+    assert [cache.get(llm.name, p, 8) for p in prompts[:2]] == failed.value.replies[:2]
+    llm_proxy.ok_left = None
+    llm_proxy.mode = "ok"
+    assert cached_chat(llm, prompts, 8, cache, asked=asked)[:2] == failed.value.replies[:2] and asked == [2, 2]
