@@ -306,7 +306,8 @@ def cached_chat(llm: LLM, prompts: Sequence[str], max_new_tokens: int, cache: Re
                 ) -> list[str]:
     """``llm.chat(prompts)`` with the replies ``cache`` holds read from it and the others asked ``batch`` at a time,
     each batch stored as it comes (an interrupted run keeps what it got; a batch the LLM answered in part before it
-    raised ``Refused`` or ``Failed``, that part). ``asked``: gets the number of prompts of each batch the LLM answered appended."""
+    raised ``Refused`` or ``Failed``, that part). ``asked``: gets the number of prompts of each batch the LLM answered
+    appended."""
     from tqdm.auto import tqdm
 
     out = [cache.get(llm.name, p, max_new_tokens) if cache else None for p in prompts]
