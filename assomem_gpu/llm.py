@@ -37,22 +37,21 @@ class LLM(Protocol):
     def chat(self, prompts: Sequence[str], max_new_tokens: int = 48) -> list[str]: ...
 
 
-class Refused(ValueError):
-    """An endpoint refused one or more of the prompts asked (over the model's context, say): ``replies`` holds the
-    replies in the prompts' order, None where a prompt was refused (or, from ``cached_chat``, not asked)."""
+class PartlyAnswered(Exception):
+    """An endpoint's error that carries the replies it gave: ``replies`` in the prompts' order, None where a prompt
+    was not answered (refused, never sent or, from ``cached_chat``, not asked)."""
 
     def __init__(self, message: str, replies: list[str | None]):
         super().__init__(message)
         self.replies = replies
 
 
-class Failed(RuntimeError):
-    """An endpoint failed (down, timed out) before it answered every prompt asked: ``replies`` as ``Refused``'s, None
-    where a prompt was not answered."""
+class Refused(PartlyAnswered, ValueError):
+    """An endpoint refused one or more of the prompts asked (over the model's context, say)."""
 
-    def __init__(self, message: str, replies: list[str | None]):
-        super().__init__(message)
-        self.replies = replies
+
+class Failed(PartlyAnswered, RuntimeError):
+    """An endpoint failed (down, timed out) before it answered every prompt asked."""
 
 
 def bundled_smollm2() -> tuple[Path, str]:
@@ -229,8 +228,9 @@ class OpenAICompatibleLLM:
         with ThreadPoolExecutor(min(self.concurrency, max(len(prompts), 1))) as pool:
             asked = [pool.submit(self._one, p, max_new_tokens) for p in prompts]
             for done in as_completed(asked):
-                if done.exception() is not None and not isinstance(done.exception(), ValueError):
-                    failure = done.exception()
+                error = done.exception()
+                if error is not None and not isinstance(error, ValueError):
+                    failure = error
                     pool.shutdown(cancel_futures=True)
                     break
         answered = [a.done() and not a.cancelled() and a.exception() is None for a in asked]
@@ -327,7 +327,7 @@ def cached_chat(llm: LLM, prompts: Sequence[str], max_new_tokens: int, cache: Re
             rows = missing[lo : lo + batch]
             try:
                 replies = llm.chat([prompts[i] for i in rows], max_new_tokens)
-            except (Refused, Failed) as exc:
+            except PartlyAnswered as exc:
                 keep(rows, exc.replies)
                 raise type(exc)(str(exc), out) from exc
             keep(rows, replies)

@@ -59,7 +59,7 @@ BUSY_TIMEOUT_MS = 30_000  # a statement waits this long for the file's lock
 
 def connect(path: Path) -> sqlite3.Connection:
     """Open (creating if needed) the store at ``path`` with its settings, and check its schema version."""
-    db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
     try:
         for pragma in ("journal_mode=WAL", "synchronous=FULL", "secure_delete=ON", "foreign_keys=ON",
                        f"busy_timeout={BUSY_TIMEOUT_MS}"):
