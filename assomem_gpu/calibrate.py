@@ -33,10 +33,10 @@ def folds_of(data: EmbeddedDataset, questions: Sequence[int], k: int, seed: int 
 
 def cross_validated_rankings(method: AssoMem, data: EmbeddedDataset, questions: Sequence[int], k: int, depth: int,
                              seed: int = 0, batch_size: int = 64, progress: bool = True,
-                             workers: Workers | None = None) -> tuple[list[np.ndarray], list[float]]:
-    """Rankings of ``questions`` where each fold is ranked with weights calibrated on the other folds only, and the
-    weight temperature of each question's weights (what its fold's calibration chose). ``workers``: run the memories
-    and the folds as Dask tasks (``cluster``), with the same result."""
+                             workers: Workers | None = None) -> tuple[list[np.ndarray], list[Chosen]]:
+    """Rankings of ``questions`` where each fold is ranked with weights calibrated on the other folds only, and what
+    its fold's calibration chose for each question's weights (``Chosen``). ``workers``: run the memories and the
+    folds as Dask tasks (``cluster``), with the same result."""
     feats = compute_features(method, data, questions, batch_size, progress, workers)
     folds = folds_of(data, questions, k, seed)
     if workers is not None:
@@ -52,17 +52,20 @@ def cross_validated_rankings(method: AssoMem, data: EmbeddedDataset, questions: 
     return [out[q][0] for q in questions], [out[q][1] for q in questions]
 
 
+Chosen = tuple[float, tuple[str, ...]]  # what a calibration chose: the weight temperature, the signals left out
+
+
 def fold_rankings(method: AssoMem, data: EmbeddedDataset, fold: np.ndarray, questions: Sequence[int],
-                  feats: Sequence[Features], depth: int) -> list[tuple[np.ndarray, float]]:
-    """(ranking, weight temperature) of each question in ``fold`` (``feats`` align with ``questions``), fused with
-    weights calibrated on the other questions; with the shipped weights when those hold no labelled question."""
+                  feats: Sequence[Features], depth: int) -> list[tuple[np.ndarray, Chosen]]:
+    """(ranking, what the calibration chose) of each question in ``fold`` (``feats`` align with ``questions``), fused
+    with weights calibrated on the other questions; with the shipped weights when those hold no labelled question."""
     by_q = dict(zip(questions, feats))
     held = set(fold.tolist())
     train = [q for q in questions if q not in held]
     labelled = any(len(data.dataset.questions[q].evidence) for q in train)
     model = method.fit(data, train, [by_q[q] for q in train]) if labelled else method.default_fusion()
-    return [(r, model.weight_temperature) for r in method.fuse([by_q[q] for q in fold], data.questions[fold], model,
-                                                               depth)]
+    chosen = (model.weight_temperature, model.left_out)
+    return [(r, chosen) for r in method.fuse([by_q[q] for q in fold], data.questions[fold], model, depth)]
 
 
 def compute_features(method: AssoMem, data: EmbeddedDataset, questions: Sequence[int], batch_size: int = 64,
@@ -140,8 +143,8 @@ def _calibrate(args: argparse.Namespace, stack: ExitStack) -> int:
         return 2
     save_weights(args.output, model, config.to_json(), encoder.name)
     print(f"calibrated on {sum(len(q.evidence) > 0 for q in ds.questions)} questions; weight temperature "
-          f"{model.weight_temperature} (of {', '.join(map(str, config.weight_temperatures))}); weights per type "
-          f"({', '.join(model.signals)}):")
+          f"{model.weight_temperature} (of {', '.join(map(str, config.weight_temperatures))}); signals left out: "
+          f"{', '.join(model.left_out) or 'none'}; weights per type ({', '.join(model.signals)}):")
     for t, w in zip(model.types, model.type_weights):
         print(f"  {t:28s} " + "  ".join(f"{x:.3f}" for x in w))
     return 0

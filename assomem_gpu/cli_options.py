@@ -126,6 +126,9 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
     a.add_argument("--type-prior", type=float, default=d.type_prior,
                    help="calibration shrinks each question type's CMI towards all questions' as if this many "
                         "questions said the latter; 0: each type's own")
+    a.add_argument("--no-signal-selection", action="store_true",
+                   help="every signal weighs: calibration leaves none out (by default it leaves out a signal that "
+                        "ranks its inner cross-validation's questions worse, by a sign test)")
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
     a.add_argument("--context-window", type=int, default=d.context_window,
                    help="turns on each side of an utterance that make its context embedding")
@@ -168,7 +171,8 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
                              query_probe=args.query_probe, context_window=args.context_window,
                              sentences=not args.no_sentences, temperature=args.temperature,
                              weight_temperatures=tuple(args.weight_temperatures), bin_edges=tuple(args.bin_edges),
-                             type_prior=args.type_prior, user_speakers=tuple(args.user_speakers))
+                             type_prior=args.type_prior, select_signals=not args.no_signal_selection,
+                             user_speakers=tuple(args.user_speakers))
     except ValueError as exc:
         raise _named_options(exc) from None
 

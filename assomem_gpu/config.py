@@ -49,6 +49,8 @@ class AssoMemConfig:
     weight_temperatures: tuple[float, ...] = WEIGHT_TEMPERATURES  # candidate T_w of the fusion weights
     # softmax(U / T_w), U = CMI / H(λ) in [0, 1]: calibration picks one by an inner cross-validation on its own
     # questions (fusion.calibrate_fusion); a single value fixes it
+    select_signals: bool = True  # calibration leaves out a signal where leaving it out ranks its inner folds'
+    # questions better by a sign test (fusion.select_signals); False (--no-signal-selection): every signal weighs
     bin_edges: tuple[float, ...] = (0.5, 0.9)  # quantile edges of the low / medium / high score bins
     type_prior: float = 10.0  # calibration shrinks each question type's CMI towards the CMI of all the calibration
     # questions as if that many questions said the latter: (n·CMI_type + prior·CMI_all) / (n + prior); 0 = each
@@ -74,7 +76,7 @@ class AssoMemConfig:
         object.__setattr__(self, "weight_temperatures", tuple(self.weight_temperatures))
         if not self.signals or len(set(self.signals)) != len(self.signals) or set(self.signals) - set(SIGNALS):
             raise ValueError(f"AssoMemConfig.signals must be distinct names from {SIGNALS}, got {self.signals}")
-        for name in ("sentences", "clues"):
+        for name in ("sentences", "clues", "select_signals"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"AssoMemConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if not (isinstance(self.llm, str) and self.llm.strip()):
@@ -104,11 +106,11 @@ class AssoMemConfig:
 
     def ranks_like(self, other: AssoMemConfig) -> bool:
         """Whether an index built with ``other`` holds and ranks what one built with this config does: the two may
-        differ only in what calibration alone reads (``weight_temperatures``, ``bin_edges``, ``type_prior``), and in
-        ``user_speakers`` where neither ranks by the user relevance signal."""
+        differ only in what calibration alone reads (``weight_temperatures``, ``bin_edges``, ``type_prior``,
+        ``select_signals``), and in ``user_speakers`` where neither ranks by the user relevance signal."""
         unread = {} if "user_relevance" in self.signals + other.signals else {"user_speakers": self.user_speakers}
         return replace(other, weight_temperatures=self.weight_temperatures, bin_edges=self.bin_edges,
-                       type_prior=self.type_prior, **unread) == self
+                       type_prior=self.type_prior, select_signals=self.select_signals, **unread) == self
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -122,6 +124,7 @@ class AssoMemConfig:
         obj.setdefault("lexical_pool", 0)  # a config saved before the BM25 pool existed ranked without it
         obj.setdefault("dense_pool", 0)  # (and before the dense pool, without that)
         obj.setdefault("sentences", False)  # (and before sentence passages, without them)
+        obj.setdefault("select_signals", False)  # (and before signal selection, weighing every signal)
         if "weight_temperature" in obj:  # (and before T_w was chosen by calibration, with the one it fixed)
             obj.setdefault("weight_temperatures", (obj.pop("weight_temperature"),))
         graph = GraphConfig(**{"clue_merge": "components", **obj.pop("graph", {})})  # (and before leader clues, by

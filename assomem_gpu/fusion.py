@@ -5,7 +5,9 @@ quantile edges, default the median and the 90th percentile: evidence is sparse, 
 with their usefulness label λ (evidence or not); CMI_d(q) = I(bin; λ | type = q). Weights are
 softmax(U / T_w) with U = CMI / H(λ | q), the CMI as a share of the label's entropy, so that one temperature suits
 types whose evidence rates differ; given several T_w, calibration chooses one by an inner cross-validation on its
-questions (``calibrate_fusion``), from sharp weights (one signal per type) to near-equal ones. A type of few
+questions (``calibrate_fusion``), from sharp weights (one signal per type) to near-equal ones. CMI weighs a signal
+by what it tells of the label alone, not by what it adds to the others (nor by which way it points): the same inner
+cross-validation leaves out a signal without which its questions rank better (``select_signals``). A type of few
 questions measures its CMI on few evidence turns: calibration shrinks it towards the CMI of all the questions
 (``AssoMemConfig.type_prior``, in questions; ``fit_fusion``). At inference a
 logistic-regression classifier over question embeddings predicts the type, and the weights are the classifier's
@@ -82,6 +84,8 @@ class FusionModel:
     weight_temperature: float
     coef: np.ndarray | None = None  # logistic regression over question embeddings, classes = types
     intercept: np.ndarray | None = None
+    left_out: tuple[str, ...] = ()  # signals calibration found to rank worse with than without (``select_signals``):
+    # weight 0, as if the question lacked them
 
     def __post_init__(self):
         self.cmi = np.asarray(self.cmi, np.float64)
@@ -90,20 +94,28 @@ class FusionModel:
                              f"got {self.cmi.shape}")
         if not np.isfinite(self.cmi).all():
             raise ValueError("FusionModel.cmi must be finite")
+        self.left_out = tuple(self.left_out)
+        if set(self.left_out) - set(self.signals):
+            raise ValueError(f"FusionModel.left_out must name signals of {self.signals}, got {self.left_out}")
         t = self.weight_temperature
         if not (isinstance(t, (int, float, np.floating)) and not isinstance(t, bool) and math.isfinite(t) and t > 0):
             raise ValueError(f"FusionModel.weight_temperature must be finite and > 0, got {t!r}")
 
     @property
     def type_weights(self) -> np.ndarray:
-        """(n_types, n_signals) each type's weights with every signal present."""
+        """(n_types, n_signals) each type's weights with every signal present (0 for those ``left_out``)."""
         return self._type_softmax(np.ones((1, len(self.signals)), bool))[0]
+
+    @property
+    def kept(self) -> np.ndarray:
+        """(n_signals,) whether each signal is weighed (not ``left_out``)."""
+        return np.array([s not in self.left_out for s in self.signals], bool)
 
     def _type_softmax(self, active: np.ndarray) -> np.ndarray:
         """(B, n_types, n_signals) each type's softmax of its CMI / T_w over each question's ``active`` (B,
-        n_signals) signals alone (taken over those signals, so no type's weights underflow to nothing at a small
-        T_w); all 0 for a question with no active signal."""
-        z = np.where(active[:, None, :], (self.cmi / self.weight_temperature)[None], -np.inf)
+        n_signals) signals alone, less those ``left_out`` (taken over those signals, so no type's weights underflow
+        to nothing at a small T_w); all 0 for a question with no active signal."""
+        z = np.where((active & self.kept)[:, None, :], (self.cmi / self.weight_temperature)[None], -np.inf)
         top = z.max(axis=2, keepdims=True)
         e = np.exp(z - np.where(np.isfinite(top), top, 0.0))
         return e / np.maximum(e.sum(axis=2, keepdims=True), 1e-300)
@@ -123,7 +135,8 @@ class FusionModel:
 
     def to_json(self) -> dict:
         out = {"signals": self.signals, "types": self.types, "cmi": self.cmi.tolist(),
-               "weights": self.type_weights.tolist(), "weight_temperature": self.weight_temperature}
+               "weights": self.type_weights.tolist(), "weight_temperature": self.weight_temperature,
+               "left_out": list(self.left_out)}
         if self.coef is not None:
             out["classifier"] = {"coef": self.coef.tolist(), "intercept": self.intercept.tolist()}
         return out
@@ -134,7 +147,8 @@ class FusionModel:
         return cls(list(obj["signals"]), list(obj["types"]), np.asarray(obj["cmi"], dtype=np.float64),
                    float(obj["weight_temperature"]),
                    None if clf is None else np.asarray(clf["coef"], dtype=np.float32),
-                   None if clf is None else np.asarray(clf["intercept"], dtype=np.float32))
+                   None if clf is None else np.asarray(clf["intercept"], dtype=np.float32),
+                   tuple(obj.get("left_out", ())))  # (weights saved before signal selection weigh every signal)
 
 
 def _row_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -181,7 +195,9 @@ def fit_fusion(signals: Sequence[str], types: Sequence[str | None], scores: Sequ
     return FusionModel(list(signals), kinds, cmi, weight_temperature, coef, intercept)
 
 
-INNER_FOLDS = 5  # of the cross-validation that chooses T_w
+INNER_FOLDS = 5  # of the cross-validation that chooses T_w and the signals
+SELECTION_P = 0.05  # a signal is left out where leaving it out ranks the inner folds' questions better, by a sign test
+# over the questions it moves at this level (two-sided)
 
 
 def calibrate_fusion(signals: Sequence[str], types: Sequence[str | None], feats: Sequence,
@@ -189,13 +205,15 @@ def calibrate_fusion(signals: Sequence[str], types: Sequence[str | None], feats:
                      memories: Sequence | None = None, seed: int = 0) -> FusionModel:
     """The fusion fitted on labelled questions (``fit_fusion``), at the weight temperature among
     ``config.weight_temperatures`` whose weights, fitted on the other inner folds, rank each inner fold's questions
-    best (mean nDCG@10; ties go to the sharper T_w). The inner folds are ``INNER_FOLDS`` (fewer with fewer
-    questions) seeded folds (``folds.fold_ids``: whole memories where there are as many, else the questions
-    themselves); with fewer than two questions, or one candidate, T_w is the first (the sharpest).
+    best (mean nDCG@10; ties go to the sharper T_w), and with ``config.select_signals`` less the signals that rank
+    them worse than none (``select_signals``). The inner folds are ``INNER_FOLDS`` (fewer with fewer questions)
+    seeded folds (``folds.fold_ids``: whole memories where there are as many, else the questions themselves); with
+    fewer than two questions T_w is the first (the sharpest) and every signal weighs.
 
     ``feats`` (``scoring.Features``) and ``evidence`` (utterance rows) are per question, in ``feats``' rows;
     ``q_emb`` the questions' embeddings; ``memories`` each question's memory (None: all one memory's); ``config`` an
-    ``AssoMemConfig`` (its bin edges, temperatures, type prior); ``signals`` name ``feats``' score columns.
+    ``AssoMemConfig`` (its bin edges, temperatures, type prior, signal selection); ``signals`` name ``feats``' score
+    columns.
     """
     def fitted(qs, weight_temperature):
         return fit_fusion(list(signals), [types[i] for i in qs], [feats[i].scores for i in qs],
@@ -205,19 +223,57 @@ def calibrate_fusion(signals: Sequence[str], types: Sequence[str | None], feats:
     temperatures = config.weight_temperatures
     model = fitted(list(range(len(types))), temperatures[0])
     k = min(INNER_FOLDS, len(types))
-    if len(temperatures) == 1 or k < 2:
+    if k < 2 or (len(temperatures) == 1 and not config.select_signals):
         return model
     fold = fold_ids(np.zeros(len(types)) if memories is None else memories, k, seed)
-    gain = np.zeros(len(temperatures))
-    for f in range(k):
-        held, train = np.flatnonzero(fold == f), np.flatnonzero(fold != f)
-        inner = fitted(train.tolist(), temperatures[0])
-        for t, tw in enumerate(temperatures):
-            ranked = fuse([feats[i] for i in held], q_emb[held], replace(inner, weight_temperature=tw),
-                          config.temperature, 10, backend)
-            gain[t] += sum(utterance_metrics(r.rows, evidence[i], (10,))["nDCG@10"] for r, i in zip(ranked, held))
-    best = max(range(len(temperatures)), key=lambda t: (gain[t], -temperatures[t]))
-    return replace(model, weight_temperature=temperatures[best])
+    inner = [(np.flatnonzero(fold == f), fitted(np.flatnonzero(fold != f).tolist(), temperatures[0]))
+             for f in range(k)]
+
+    def ndcg(weight_temperature: float, left_out: tuple[str, ...]) -> np.ndarray:
+        """(n,) each question's nDCG@10 ranked with the weights of the inner folds it is not in."""
+        out = np.zeros(len(types))
+        for held, m in inner:
+            ranked = fuse([feats[i] for i in held], q_emb[held],
+                          replace(m, weight_temperature=weight_temperature, left_out=left_out), config.temperature,
+                          10, backend)
+            out[held] = [utterance_metrics(r.rows, evidence[i], (10,))["nDCG@10"] for r, i in zip(ranked, held)]
+        return out
+
+    def sharpest_best(left_out: tuple[str, ...]) -> tuple[float, np.ndarray]:
+        """The T_w whose weights rank best without ``left_out``, and each question's nDCG@10 at it."""
+        scores = [ndcg(t, left_out) for t in temperatures]
+        best = max(range(len(temperatures)), key=lambda t: (scores[t].sum(), -temperatures[t]))
+        return temperatures[best], scores[best]
+
+    weight_temperature, base = sharpest_best(())
+    left_out = select_signals(signals, lambda out: ndcg(weight_temperature, out), base) \
+        if config.select_signals else ()
+    if left_out:  # the weights of fewer signals may rank best at another T_w
+        weight_temperature, _ = sharpest_best(left_out)
+    return replace(model, weight_temperature=weight_temperature, left_out=left_out)
+
+
+def select_signals(signals: Sequence[str], ndcg, base: np.ndarray) -> tuple[str, ...]:
+    """The signals to leave out, by backward elimination: while leaving out one more ranks the inner folds'
+    questions better (more gain nDCG@10 than lose it, sign test p < ``SELECTION_P``), the one of smallest p goes.
+    Relevance always stays (the rest of a ranking follows it). ``ndcg(left_out)`` gives each question's nDCG@10
+    without ``left_out``; ``base`` it without none."""
+    from scipy.stats import binomtest
+
+    left_out: tuple[str, ...] = ()
+    while True:
+        best = None
+        for s in signals:
+            if s == "relevance" or s in left_out or len(left_out) + 2 > len(signals):
+                continue
+            trial = ndcg(left_out + (s,))
+            better, worse = int((trial > base).sum()), int((trial < base).sum())
+            p = binomtest(better, better + worse, 0.5).pvalue if better > worse else 1.0
+            if p < SELECTION_P and (best is None or p < best[0]):
+                best = (p, s, trial)
+        if best is None:
+            return left_out
+        left_out, base = left_out + (best[1],), best[2]
 
 
 def restrict(model: FusionModel, signals: Sequence[str]) -> FusionModel:
@@ -226,7 +282,8 @@ def restrict(model: FusionModel, signals: Sequence[str]) -> FusionModel:
     if missing:
         raise ValueError(f"the fusion weights have no weight for {missing}")
     keep = [model.signals.index(s) for s in signals]
-    return replace(model, signals=list(signals), cmi=model.cmi[:, keep])
+    return replace(model, signals=list(signals), cmi=model.cmi[:, keep],
+                   left_out=tuple(s for s in model.left_out if s in signals))
 
 
 DEFAULT_WEIGHTS = "weights/default.json"  # package data; how it was made: assomem_gpu/weights/README.md

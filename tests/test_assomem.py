@@ -114,9 +114,10 @@ def test_calibration_never_sees_evaluated_questions(tmp_path):
     data = EmbeddedDataset.build(load_dataset(f"longmemeval:{synthetic_lme(tmp_path)}"), HashingEncoder())
     method = RecordingAssoMem(AssoMemConfig(), encoder=HashingEncoder())
     qs = list(range(12))
-    rankings, temperatures = cross_validated_rankings(method, data, qs, k=4, depth=50, progress=False)
-    assert len(rankings) == 12 and len(method.fitted_on) == 4 and len(temperatures) == 12
-    assert set(temperatures) <= set(method.config.weight_temperatures)  # each fold chose one of its candidates
+    rankings, chosen = cross_validated_rankings(method, data, qs, k=4, depth=50, progress=False)
+    assert len(rankings) == 12 and len(method.fitted_on) == 4 and len(chosen) == 12
+    assert {t for t, _ in chosen} <= set(method.config.weight_temperatures)  # each fold chose one of its candidates
+    assert all(set(out) < set(method.config.signals) - {"relevance"} for _, out in chosen)
     folds = folds_of(data, qs, 4)
     for fitted, fold in zip(method.fitted_on, folds):
         assert not fitted & set(fold.tolist()) and fitted | set(fold.tolist()) == set(qs)
@@ -146,13 +147,21 @@ def test_calibrate_then_apply_weights_elsewhere(tmp_path, meetingqa_file, capsys
     saved = json.loads(weights.read_text())
     assert saved["config"]["top_clues"] == 2 and set(saved["fusion"]["types"]) == {"single-session-user", "multi-session"}
     assert saved["config"]["weight_temperatures"] == [0.05, 1.0] and saved["fusion"]["weight_temperature"] in (0.05, 1)
-    assert f"weight temperature {saved['fusion']['weight_temperature']} (of 0.05, 1.0)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"weight temperature {saved['fusion']['weight_temperature']} (of 0.05, 1.0); signals left out: " \
+        f"{', '.join(saved['fusion']['left_out']) or 'none'}" in printed
     out = tmp_path / "cv.json"  # cross-validated, the report counts the questions each chosen T_w ranked
     assert eval_main(["--dataset", f"longmemeval:{syn}", "--method", "assomem", "--encoder", "hashing", "--quiet",
                       "--folds", "3", "--weight-temperatures", "0.05", "1", "--output", str(out)]) == 0
     result = json.loads(out.read_text())
     used = result["results"]["assomem"]["weight_temperatures"]
     assert set(used) <= {"0.05", "1.0"} and sum(used.values()) == result["n_questions"]
+    left_out = result["results"]["assomem"]["left_out"]  # how many questions each left-out signal missed
+    assert set(left_out) < set(AssoMemConfig().signals) - {"relevance"}
+    assert all(0 < n <= result["n_questions"] for n in left_out.values())
+    assert eval_main(["--dataset", f"longmemeval:{syn}", "--method", "assomem", "--encoder", "hashing", "--quiet",
+                      "--folds", "3", "--no-signal-selection", "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["results"]["assomem"]["left_out"] == {}
     assert calibrate_main(["--dataset", f"longmemeval:{syn}", "--output", str(weights), "--encoder", "hashing",
                            "--quiet", "--weight-temperatures", "0.05", "0"]) == 2
     assert "--weight-temperatures must lie in (0, inf), got 0.0" in capsys.readouterr().err

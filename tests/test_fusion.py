@@ -5,8 +5,9 @@ import pytest
 
 from assomem_gpu.backend import get_backend
 from assomem_gpu.config import AssoMemConfig
-from assomem_gpu.fusion import (FusionModel, calibrate_fusion, conditional_mi, fit_fusion, fixed_weights, load_weights,
-                                mutual_information, quantile_bins, save_weights)
+from assomem_gpu.fusion import (FusionModel, calibrate_fusion, conditional_mi, fit_fusion, fixed_weights, fuse,
+                                load_weights, mutual_information, quantile_bins, restrict, save_weights, select_signals)
+from assomem_gpu.metrics import utterance_metrics
 from assomem_gpu.scoring import Features
 
 
@@ -70,18 +71,19 @@ def test_classifier_mixes_type_weights_and_roundtrips(tmp_path):
     assert load_weights(path, "enc-b")[0].coef is None  # not for questions another encoder embeds
 
 
-def synthetic_questions(kind: str, n: int = 80, width: int = 40, seed: int = 0):
+def synthetic_questions(kind: str, n: int = 80, width: int = 40, seed: int = 0, shift=(3.0, -3.0)):
     """Features of ``n`` questions of ``width`` candidates, one of them evidence, whose two signals are standard
-    normal noise, and the evidence rows. ``anti``: the evidence scores 3 above the noise on signal a and 3 below on b
-    (b is informative, so it has CMI, but it points away from the evidence); ``split``: the evidence scores 4 above
-    on a for three questions in five, on b for the others (a has the higher CMI, and b is needed by 40%)."""
+    normal noise, and the evidence rows. ``anti``: the evidence scores ``shift`` above the noise on signals a and b
+    (by default 3 above on a and 3 below on b: b is informative, so it has CMI, but it points away from the
+    evidence); ``split``: the evidence scores 4 above on a for three questions in five, on b for the others (a has
+    the higher CMI, and b is needed by 40%)."""
     rng = np.random.default_rng(seed)
     feats, evidence = [], []
     for q in range(n):
         ev = rng.integers(width)
         scores = rng.normal(size=(width, 2))
         if kind == "anti":
-            scores[ev] += (3.0, -3.0)
+            scores[ev] += shift
         else:
             scores[ev, 0 if q % 5 < 3 else 1] += 4.0
         feats.append(Features(np.arange(width), scores, np.ones(2, bool), np.zeros(0, np.int64), np.zeros(0)))
@@ -101,6 +103,56 @@ def test_calibration_chooses_the_weight_temperature_by_inner_cross_validation(ki
     fixed = AssoMemConfig(weight_temperatures=(0.5,))  # one candidate fixes it; the CMI is the same
     again = calibrate_fusion(["a", "b"], [None] * len(feats), feats, evidence, emb, fixed, backend)
     assert again.weight_temperature == 0.5 and np.array_equal(again.cmi, model.cmi)
+
+
+def test_calibration_leaves_out_a_signal_that_points_away_from_the_evidence(tmp_path):
+    """CMI weighs a signal by what it tells of the evidence, not by which way: b, 6 below the noise on the evidence
+    (a 1 above), has the larger CMI, so the most weight at every T_w, and sinks the evidence. The inner
+    cross-validation leaves it out (with ``select_signals``), and the model ranks new questions better for it; a
+    signal each question needs stays."""
+    feats, evidence = synthetic_questions("anti", seed=4, shift=(1.0, -6.0))
+    emb = np.random.default_rng(1).normal(size=(len(feats), 8)).astype(np.float32)
+    backend = get_backend("cpu")
+    chosen = calibrate_fusion(["a", "b"], [None] * len(feats), feats, evidence, emb, AssoMemConfig(), backend)
+    every = calibrate_fusion(["a", "b"], [None] * len(feats), feats, evidence, emb,
+                             AssoMemConfig(select_signals=False), backend)
+    assert chosen.left_out == ("b",) and every.left_out == () and every.cmi[0, 1] > every.cmi[0, 0]
+    assert chosen.type_weights.tolist() == [[1.0, 0.0]]
+    test, test_evidence = synthetic_questions("anti", seed=5, shift=(1.0, -6.0))  # new questions alike
+
+    def ndcg(model):
+        ranked = fuse(test, emb, model, 4.0, 10, backend)
+        return np.mean([utterance_metrics(r.rows, e, (10,))["nDCG@10"] for r, e in zip(ranked, test_evidence)])
+    assert ndcg(every) < 0.05 < 0.3 < ndcg(chosen)
+    split, split_evidence = synthetic_questions("split")
+    assert calibrate_fusion(["a", "b"], [None] * len(split), split, split_evidence, emb, AssoMemConfig(),
+                            backend).left_out == ()
+    path = tmp_path / "w.json"  # kept in a weights file; a file written before selection weighs every signal
+    save_weights(path, chosen, {})
+    assert load_weights(path)[0].left_out == ("b",) and restrict(chosen, ["b"]).left_out == ("b",)
+    obj = json.loads(path.read_text())
+    del obj["fusion"]["left_out"]
+    path.write_text(json.dumps(obj))
+    assert load_weights(path)[0].left_out == ()
+    with pytest.raises(ValueError, match="left_out must name signals"):
+        FusionModel(["a", "b"], ["all"], np.zeros((1, 2)), 0.1, left_out=("c",))
+
+
+def test_backward_elimination_takes_the_surest_gain_first_and_keeps_relevance():
+    """Each round leaves out the signal whose absence the sign test finds surest (smallest p below
+    ``SELECTION_P``); gains of a few questions (3 better, none worse: p 0.25) or of relevance leave nothing out."""
+    base = np.zeros(60)
+    gains = {"relevance": np.r_[np.ones(40), np.zeros(20)], "x": np.r_[np.ones(30), np.zeros(30)],
+             "y": np.r_[np.zeros(50), np.ones(8), np.zeros(2)], "z": np.r_[np.zeros(57), np.ones(3)]}
+    calls = []
+
+    def ndcg(left_out):
+        calls.append(left_out)
+        return base + sum(gains[s] for s in left_out)
+    assert select_signals(["relevance", "x", "y", "z"], ndcg, base) == ("x", "y")
+    assert ("relevance",) not in calls and calls[:3] == [("x",), ("y",), ("z",)]
+    worse = {"x": -np.r_[np.ones(30), np.zeros(30)]}  # fewer better than worse: stays, however sure the test
+    assert select_signals(["relevance", "x"], lambda out: base + sum(worse[s] for s in out), base) == ()
 
 
 def test_fit_without_evidence_is_a_clear_error():

@@ -759,11 +759,19 @@ def test_a_config_saved_before_leader_clues_merges_by_components_and_the_shipped
     assert not AssoMemConfig.from_json(saved).sentences
     with pytest.raises(ValueError, match="sentences"):
         AssoMemConfig(sentences=1)
+    assert AssoMemConfig().select_signals and AssoMemConfig.from_json(saved).select_signals
+    del saved["select_signals"]  # and before signal selection, weighing every signal
+    assert not AssoMemConfig.from_json(saved).select_signals
+    with pytest.raises(ValueError, match="select_signals"):
+        AssoMemConfig(select_signals="no")
+    assert AssoMemConfig().ranks_like(AssoMemConfig(select_signals=False))  # calibration alone reads it
     shipped = json.loads(files("assomem_gpu").joinpath(DEFAULT_WEIGHTS).read_text(encoding="utf-8"))
     calibrated = AssoMemConfig.from_json(shipped["config"])  # recalibrate them when a default changes; their
-    # weight temperature is given, not chosen (assomem_gpu/weights/README.md)
-    assert calibrated.weight_temperatures == (0.2,)
-    assert dataclasses.replace(calibrated, weight_temperatures=WEIGHT_TEMPERATURES) == AssoMemConfig()
+    # weight temperature is given, not chosen, and they weigh every signal (assomem_gpu/weights/README.md)
+    assert calibrated.weight_temperatures == (0.2,) and not calibrated.select_signals
+    assert shipped["fusion"]["left_out"] == []
+    assert dataclasses.replace(calibrated, weight_temperatures=WEIGHT_TEMPERATURES, select_signals=True) == \
+        AssoMemConfig()
 
 
 @pytest.mark.parametrize("make, field", [

@@ -28,12 +28,14 @@ class EvalResult:
     session_summary: dict[str, dict[str, float]] = field(default_factory=dict)
     weight_temperatures: dict[str, int] = field(default_factory=dict)  # of a cross-validated method: how many
     # questions were ranked with weights at each T_w (what their folds' calibrations chose)
+    left_out: dict[str, int] = field(default_factory=dict)  # of a cross-validated method: how many questions were
+    # ranked with weights that left out each signal (fusion.select_signals; none: {})
 
     def to_json(self) -> dict:
         out = {"method": self.method, "retrieve_s": round(self.retrieve_s, 3), "metrics": self.summary,
                "session_metrics": self.session_summary}
         if self.weight_temperatures:
-            out["weight_temperatures"] = self.weight_temperatures
+            out["weight_temperatures"], out["left_out"] = self.weight_temperatures, self.left_out
         return out
 
 
@@ -52,11 +54,15 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
     start = time.perf_counter()
     rows = list(range(len(ds.questions)))
     temperatures: dict[str, int] = {}
+    left_out: dict[str, int] = {}
     if getattr(method, "needs_calibration", False):
         from ..calibrate import cross_validated_rankings
 
         rankings, used = cross_validated_rankings(method, data, rows, folds, depth, seed, batch_size, progress, workers)
-        temperatures = {str(t): used.count(t) for t in sorted(set(used))}
+        tw = [t for t, _ in used]
+        temperatures = {str(t): tw.count(t) for t in sorted(set(tw))}
+        out = [s for _, signals in used for s in signals]
+        left_out = {s: out.count(s) for s in method.config.signals if s in out}
     elif workers is not None:
         rankings = workers.per_memory(method, rows, rank_memory, depth, batch_size, progress=progress)
     else:
@@ -77,7 +83,7 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
         if not q.abstention:  # LongMemEval's official evaluation leaves abstention questions out
             session_typed.append((q.type, session_metrics(utt_session[ranked], np.unique(utt_session[q.evidence]), ks)))
     return EvalResult(method.name, rankings, per_question, mean_by_type(typed) if typed else {}, retrieve_s,
-                      mean_by_type(session_typed) if session_typed else {}, temperatures)
+                      mean_by_type(session_typed) if session_typed else {}, temperatures, left_out)
 
 
 def rank_memory(method: Method, data: EmbeddedDataset, group: Sequence[int], depth: int, batch_size: int = 64
