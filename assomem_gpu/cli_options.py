@@ -128,7 +128,8 @@ def add_assomem_options(p: argparse.ArgumentParser, clue_llm_option: str = "--ll
                         "questions said the latter; 0: each type's own")
     a.add_argument("--no-signal-selection", action="store_true",
                    help="every signal weighs: calibration leaves none out (by default it leaves out a signal that "
-                        "ranks its inner cross-validation's questions worse, by a sign test)")
+                        "ranks its inner cross-validation's questions worse, by a sign test); with --weights, the "
+                        "file's weights with every signal")
     a.add_argument("--folds", type=int, default=5, help="cross-validation folds (calibration never sees a fold it scores)")
     a.add_argument("--context-window", type=int, default=d.context_window,
                    help="turns on each side of an utterance that make its context embedding")
@@ -154,7 +155,8 @@ def config_from_options(args: argparse.Namespace, base: AssoMemConfig | None = N
     except for the ``--no-*`` ablations."""
     if base is not None:
         return replace(base, signals=tuple(s for s in base.signals if not getattr(args, f"no_{s}", False)),
-                       clues=base.clues and not args.no_clues, sentences=base.sentences and not args.no_sentences)
+                       clues=base.clues and not args.no_clues, sentences=base.sentences and not args.no_sentences,
+                       select_signals=base.select_signals and not args.no_signal_selection)
     if args.folds < 2:
         raise ValueError("--folds must be at least 2")
     signals = tuple(s for s in SIGNALS if not getattr(args, f"no_{s}", False))
@@ -192,6 +194,8 @@ def build_methods(args: argparse.Namespace, encoder: Encoder, backend: Backend) 
     config = config_from_options(args, base)
     if fusion is not None and list(config.signals) != fusion.signals:
         fusion = restrict(fusion, config.signals)
+    if fusion is not None and args.no_signal_selection:  # the file's weights, every signal weighing
+        fusion = replace(fusion, left_out=())
     if args.fixed_weights:
         fusion = fixed_weights(config.signals)
     return [make_method(m) if m in METHODS else make_assomem(m, config, encoder, fusion, backend)

@@ -95,8 +95,10 @@ class FusionModel:
         if not np.isfinite(self.cmi).all():
             raise ValueError("FusionModel.cmi must be finite")
         self.left_out = tuple(self.left_out)
-        if set(self.left_out) - set(self.signals):
-            raise ValueError(f"FusionModel.left_out must name signals of {self.signals}, got {self.left_out}")
+        if set(self.left_out) - set(self.signals) or len(set(self.left_out)) != len(self.left_out) \
+                or len(self.left_out) >= len(self.signals):
+            raise ValueError(f"FusionModel.left_out must name distinct signals of {self.signals}, not all of them, "
+                             f"got {self.left_out}")
         t = self.weight_temperature
         if not (isinstance(t, (int, float, np.floating)) and not isinstance(t, bool) and math.isfinite(t) and t > 0):
             raise ValueError(f"FusionModel.weight_temperature must be finite and > 0, got {t!r}")
@@ -128,8 +130,8 @@ class FusionModel:
         return p / p.sum(axis=1, keepdims=True)
 
     def weights(self, q_emb: np.ndarray, active: np.ndarray) -> np.ndarray:
-        """(B, n_signals) weights: each type's softmax over the question's active signals alone (as if fitted
-        without the others; ``_type_softmax``), then mixed by the type probabilities."""
+        """(B, n_signals) weights: each type's softmax over the question's active signals alone, less those
+        ``left_out`` (as if fitted without the others; ``_type_softmax``), then mixed by the type probabilities."""
         w = (self.type_probabilities(q_emb)[:, :, None] * self._type_softmax(active)).sum(axis=1)
         return w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)  # (the float32 probabilities sum to 1 ± 1e-7)
 

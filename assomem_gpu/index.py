@@ -250,13 +250,14 @@ class MemoryIndex:
 
     def calibrate(self, questions: Iterable[LabelledQuestion | Mapping]) -> FusionModel:
         """Fit the fusion weights (CMI per question type, their temperature by an inner cross-validation where the
-        config gives several, and the type classifier) on labelled questions about this memory, use them from now
-        on, and return them. Questions whose evidence is empty are skipped."""
+        config gives several, the signals that same cross-validation leaves out with ``config.select_signals``, and
+        the type classifier) on labelled questions about this memory, use them from now on, and return them.
+        Questions whose evidence is empty are skipped."""
         qs = [_labelled(q, f"questions[{i}]") for i, q in enumerate(_listed(questions, "questions"))]
         if self.encoder is None:
             raise ValueError("questions: calibrating needs an encoder for the question texts")
         emb = self.encoder.encode(prompted(self.encoder, "query", [q.text for q in qs]))
-        with self._lock.write():
+        with self._lock.read():  # the features and evidence rows of one state; the fit reads them alone
             row_of = {u: i for i, u in enumerate(self._state.bank.utt_ids)}
             for i, q in enumerate(qs):
                 unknown = [e for e in q.evidence if e not in row_of]
@@ -265,11 +266,13 @@ class MemoryIndex:
             dates = np.asarray([_when(q.date, f"questions[{i}].date", self.dated, now=True) for i, q in enumerate(qs)])
             feats = [f for part in score(self._state, Queries(emb, [q.text for q in qs], dates), self.config,
                                          self.backend) for f in part.features(self.backend)]
-            keep = [i for i, q in enumerate(qs) if q.evidence]
-            evidence = [np.asarray([row_of[e] for e in qs[i].evidence], np.int64) for i in keep]
-            self.fusion = calibrate_fusion(self.config.signals, [qs[i].type for i in keep], [feats[i] for i in keep],
-                                           evidence, emb[keep], self.config, self.backend)
-            return self.fusion
+        keep = [i for i, q in enumerate(qs) if q.evidence]
+        evidence = [np.asarray([row_of[e] for e in qs[i].evidence], np.int64) for i in keep]
+        fusion = calibrate_fusion(self.config.signals, [qs[i].type for i in keep], [feats[i] for i in keep], evidence,
+                                  emb[keep], self.config, self.backend)
+        with self._lock.write():
+            self.fusion = fusion
+        return fusion
 
     # ---- search --------------------------------------------------------------------------------------------------
     def search(self, questions: str | Sequence[str], k: int = 10, question_date: Any = None,

@@ -19,7 +19,8 @@ def table(prefix: str) -> str:
     for ablation, label in (*((a, f"--{a}") for a in ("no-temporal", "no-importance", "no-lexical", "no-context",
                                                           "no-session", "no-lexical-context",
                                                           "no-user-relevance", "no-reply", "no-clues",
-                                                          "fixed-weights", "no-sentences")),
+                                                          "fixed-weights", "no-sentences",
+                                                          "no-signal-selection")),
                             ("no-lexical-pool", "--lexical-pool 0"), ("no-dense-pool", "--dense-pool 0"),
                             ("components", "--clue-merge components")):
         path = RESULTS / f"{prefix}_{ablation}.json"

@@ -35,7 +35,7 @@ for pair in "meetingqa $MQA" "longmemeval_s $LME"; do
   run --dataset "$2" --method "$METHODS" --output "$OUT/$1_methods.json" --plot "$OUT/plots/$1" \
       --rankings "$RANKS/$1.jsonl"
   for ablation in no-temporal no-importance no-lexical no-context no-session no-lexical-context no-user-relevance \
-      no-reply no-clues fixed-weights no-sentences; do
+      no-reply no-clues fixed-weights no-sentences no-signal-selection; do
     run --dataset "$2" --method assomem "--$ablation" --output "$OUT/$1_$ablation.json" \
         --rankings "$RANKS/$1.$ablation.jsonl"
     compare "$1" assomem "$ablation" --dataset "$2"
@@ -59,7 +59,7 @@ run "${L2500[@]}" --method assomem,bm25,flat-dense --rankings "$RANKS/l2500_all.
     --output "$OUT/longmemeval_l2500_all_methods.json"
 compare l2500_all bm25 assomem "${L2500[@]}"
 compare l2500_all flat-dense assomem "${L2500[@]}"
-for ablation in no-clues no-importance no-temporal no-context no-user-relevance; do  # about 10 minutes each
+for ablation in no-clues no-importance no-temporal no-context no-user-relevance no-signal-selection; do  # ~10 min each
   run "${L2500[@]}" --method assomem "--$ablation" --rankings "$RANKS/l2500_all.$ablation.jsonl" \
       --output "$OUT/longmemeval_l2500_all_$ablation.json"
   compare l2500_all assomem "$ablation" "${L2500[@]}"
@@ -74,7 +74,7 @@ if [ -n "${LOCOMO:-}" ]; then
   compare locomo10 bm25 assomem --dataset "$LC"
   compare locomo10 flat-dense assomem --dataset "$LC"
   for ablation in no-temporal no-importance no-lexical no-context no-session no-lexical-context no-user-relevance \
-      no-reply no-sentences no-clues; do
+      no-reply no-sentences no-clues no-signal-selection; do
     run --dataset "$LC" --method assomem "--$ablation" --rankings "$RANKS/locomo10.$ablation.jsonl" \
         --output "$OUT/locomo10_$ablation.json"
     compare locomo10 assomem "$ablation" --dataset "$LC"

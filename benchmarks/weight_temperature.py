@@ -3,7 +3,8 @@ each question's features once (the config the options give), fused with weights 
 folds) at each fixed T_w, and at the T_w calibration chose for the fold among ``--weight-temperatures`` (by default
 ``config.WEIGHT_TEMPERATURES``; ``fusion.calibrate_fusion``: an inner cross-validation on the fold's training
 questions, so no evaluated question's labels choose it). The last row gives the eval CLI's figures with the same
-options, to the digit (the row "T_w 0.05" its figures with ``--weight-temperatures 0.05``).
+options, to the digit, with the signals each fold's calibration left out (``fusion.select_signals``); the fixed rows
+weigh every signal (the row "T_w 0.05" gives its figures with ``--weight-temperatures 0.05 --no-signal-selection``).
 
     python benchmarks/weight_temperature.py --dataset SPEC [--haystack-sessions N --limit N] [--output FILE.json]
 
@@ -31,9 +32,9 @@ def main() -> int:
     def fitted(train):
         return method.fit(data, train, [by_q[q] for q in train])  # T_w only scales the CMI: one fit serves all
 
-    def ranked(model, questions, tw):
-        out = fuse([by_q[q] for q in questions], data.questions[questions], replace(model, weight_temperature=tw),
-                   cfg.temperature, 100, backend)
+    def ranked(model, questions, tw, left_out=()):
+        out = fuse([by_q[q] for q in questions], data.questions[questions],
+                   replace(model, weight_temperature=tw, left_out=left_out), cfg.temperature, 100, backend)
         return dict(zip(questions.tolist(), [r.rows for r in out]))
 
     temperatures = sorted(set(WEIGHT_TEMPERATURES) | set(cfg.weight_temperatures))
@@ -45,7 +46,7 @@ def main() -> int:
         picks.append(model.weight_temperature)
         for tw in temperatures:
             per_tw[tw].update(ranked(model, fold, tw))
-        chosen.update({q: per_tw[model.weight_temperature][q] for q in fold.tolist()})
+        chosen.update(ranked(model, fold, model.weight_temperature, model.left_out))
     questions = list(range(len(feats)))
     figures = {f"T_w {tw}": recall(per_tw[tw], ds, questions) for tw in temperatures}
     figures[f"T_w by calibration's inner cross-validation (picked {', '.join(map(str, picks))})"] = recall(

@@ -156,12 +156,7 @@ def test_calibrate_then_apply_weights_elsewhere(tmp_path, meetingqa_file, capsys
     result = json.loads(out.read_text())
     used = result["results"]["assomem"]["weight_temperatures"]
     assert set(used) <= {"0.05", "1.0"} and sum(used.values()) == result["n_questions"]
-    left_out = result["results"]["assomem"]["left_out"]  # how many questions each left-out signal missed
-    assert set(left_out) < set(AssoMemConfig().signals) - {"relevance"}
-    assert all(0 < n <= result["n_questions"] for n in left_out.values())
-    assert eval_main(["--dataset", f"longmemeval:{syn}", "--method", "assomem", "--encoder", "hashing", "--quiet",
-                      "--folds", "3", "--no-signal-selection", "--output", str(out)]) == 0
-    assert json.loads(out.read_text())["results"]["assomem"]["left_out"] == {}
+    assert set(result["results"]["assomem"]["left_out"]) < set(AssoMemConfig().signals) - {"relevance"}
     assert calibrate_main(["--dataset", f"longmemeval:{syn}", "--output", str(weights), "--encoder", "hashing",
                            "--quiet", "--weight-temperatures", "0.05", "0"]) == 2
     assert "--weight-temperatures must lie in (0, inf), got 0.0" in capsys.readouterr().err
@@ -174,6 +169,15 @@ def test_calibrate_then_apply_weights_elsewhere(tmp_path, meetingqa_file, capsys
     assert eval_main(["--dataset", f"meetingqa:{meetingqa_file}", "--method", "assomem", "--weights", str(weights),
                       "--encoder", "hashing", "--quiet", "--output", str(out)]) == 0
     assert json.loads(out.read_text())["results"]["assomem"]["metrics"]["all"]["n"] == 4
+    saved["fusion"]["left_out"] = ["reply", "session"]  # weights that leave signals out: the report says so, and
+    weights.write_text(json.dumps(saved))  # --no-signal-selection weighs them again
+    for flags, left_out, selects in (([], {"session": 4, "reply": 4}, True), (["--no-signal-selection"], {}, False),
+                                     (["--no-reply"], {"session": 4}, True)):
+        assert eval_main(["--dataset", f"meetingqa:{meetingqa_file}", "--method", "assomem", "--weights",
+                          str(weights), "--encoder", "hashing", "--quiet", "--output", str(out), *flags]) == 0
+        result = json.loads(out.read_text())
+        assert result["results"]["assomem"]["left_out"] == left_out
+        assert result["configs"]["assomem"]["select_signals"] is selects
     assert eval_main(["--dataset", f"meetingqa:{meetingqa_file}", "--method", "assomem", "--weights",
                       str(tmp_path / "missing.json"), "--encoder", "hashing", "--quiet"]) == 2
     assert "not a weights file" in capsys.readouterr().err

@@ -134,7 +134,7 @@ def test_cross_validation_whose_sent_features_were_lost_sends_them_again(many_me
     ds = load_dataset(f"longmemeval:{many_memories}", haystack_sessions=30)
     data = EmbeddedDataset.build(ds, make_encoder("hashing"))
     method, questions = AssoMem(encoder=make_encoder("hashing"), device="cpu"), list(range(len(ds.questions)))
-    one, _ = cross_validated_rankings(method, data, questions, 4, 50, progress=False)
+    one, chosen = cross_validated_rankings(method, data, questions, 4, 50, progress=False)
     with connect("local:1") as client:
         workers, send, lost = Workers(client, data), Workers.send, []
 
@@ -146,9 +146,10 @@ def test_cross_validation_whose_sent_features_were_lost_sends_them_again(many_me
             return future
 
         workers.send = send_and_lose.__get__(workers)
-        spread, _ = cross_validated_rankings(method, data, questions, 4, 50, progress=False, workers=workers)
+        spread, spread_chosen = cross_validated_rankings(method, data, questions, 4, 50, progress=False,
+                                                         workers=workers)
         assert lost and not [v for v in workers._values.values() if isinstance(v, list)]  # forgotten once run
-    assert all(np.array_equal(a, b) for a, b in zip(one, spread))
+    assert all(np.array_equal(a, b) for a, b in zip(one, spread)) and spread_chosen == chosen  # (T_w, left out)
 
 
 def test_a_cluster_that_keeps_losing_what_it_was_sent_is_a_clear_error(monkeypatch, jsonl_file, capsys):

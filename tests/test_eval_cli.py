@@ -162,3 +162,12 @@ def test_help_shows_defaults(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "(default: 100)" in capsys.readouterr().out
+
+
+def test_the_report_counts_what_each_folds_calibration_chose():
+    from assomem_gpu.eval.runner import chosen_counts
+
+    chosen = [(0.1, ()), (0.2, ("reply",)), (0.1, ("session", "reply")), (0.1, ())]
+    assert chosen_counts(chosen, ["relevance", "session", "reply"]) == ({"0.1": 3, "0.2": 1},
+                                                                       {"session": 1, "reply": 2})
+    assert chosen_counts([(0.5, ())], ["relevance"]) == ({"0.5": 1}, {})

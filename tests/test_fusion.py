@@ -129,13 +129,17 @@ def test_calibration_leaves_out_a_signal_that_points_away_from_the_evidence(tmp_
                             backend).left_out == ()
     path = tmp_path / "w.json"  # kept in a weights file; a file written before selection weighs every signal
     save_weights(path, chosen, {})
-    assert load_weights(path)[0].left_out == ("b",) and restrict(chosen, ["b"]).left_out == ("b",)
+    assert load_weights(path)[0].left_out == ("b",) and restrict(chosen, ["b", "a"]).left_out == ("b",)
+    assert restrict(chosen, ["a"]).left_out == ()
     obj = json.loads(path.read_text())
     del obj["fusion"]["left_out"]
     path.write_text(json.dumps(obj))
     assert load_weights(path)[0].left_out == ()
-    with pytest.raises(ValueError, match="left_out must name signals"):
-        FusionModel(["a", "b"], ["all"], np.zeros((1, 2)), 0.1, left_out=("c",))
+    for bad in (("c",), ("b", "b"), ("a", "b")):  # another's, twice, every signal (no weight left to fuse with)
+        with pytest.raises(ValueError, match="left_out must name distinct signals"):
+            FusionModel(["a", "b"], ["all"], np.zeros((1, 2)), 0.1, left_out=bad)
+    with pytest.raises(ValueError, match="left_out"):  # nor can a restriction keep only what was left out
+        restrict(chosen, ["b"])
 
 
 def test_backward_elimination_takes_the_surest_gain_first_and_keeps_relevance():

@@ -28,14 +28,16 @@ class EvalResult:
     session_summary: dict[str, dict[str, float]] = field(default_factory=dict)
     weight_temperatures: dict[str, int] = field(default_factory=dict)  # of a cross-validated method: how many
     # questions were ranked with weights at each T_w (what their folds' calibrations chose)
-    left_out: dict[str, int] = field(default_factory=dict)  # of a cross-validated method: how many questions were
-    # ranked with weights that left out each signal (fusion.select_signals; none: {})
+    left_out: dict[str, int] | None = None  # of an AssoMem method: how many questions were ranked with weights that
+    # left out each signal (fusion.select_signals; none: {}); None for the others
 
     def to_json(self) -> dict:
         out = {"method": self.method, "retrieve_s": round(self.retrieve_s, 3), "metrics": self.summary,
                "session_metrics": self.session_summary}
         if self.weight_temperatures:
-            out["weight_temperatures"], out["left_out"] = self.weight_temperatures, self.left_out
+            out["weight_temperatures"] = self.weight_temperatures
+        if self.left_out is not None:
+            out["left_out"] = self.left_out
         return out
 
 
@@ -54,15 +56,13 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
     start = time.perf_counter()
     rows = list(range(len(ds.questions)))
     temperatures: dict[str, int] = {}
-    left_out: dict[str, int] = {}
+    fusion = getattr(method, "fusion", None)  # AssoMem's given weights (a file's, or the hybrid baselines' equal ones)
+    left_out = None if fusion is None else {s: len(rows) for s in fusion.left_out}
     if getattr(method, "needs_calibration", False):
         from ..calibrate import cross_validated_rankings
 
         rankings, used = cross_validated_rankings(method, data, rows, folds, depth, seed, batch_size, progress, workers)
-        tw = [t for t, _ in used]
-        temperatures = {str(t): tw.count(t) for t in sorted(set(tw))}
-        out = [s for _, signals in used for s in signals]
-        left_out = {s: out.count(s) for s in method.config.signals if s in out}
+        temperatures, left_out = chosen_counts(used, method.config.signals)
     elif workers is not None:
         rankings = workers.per_memory(method, rows, rank_memory, depth, batch_size, progress=progress)
     else:
@@ -84,6 +84,15 @@ def evaluate(data: EmbeddedDataset, method: Method, ks: Sequence[int], depth: in
             session_typed.append((q.type, session_metrics(utt_session[ranked], np.unique(utt_session[q.evidence]), ks)))
     return EvalResult(method.name, rankings, per_question, mean_by_type(typed) if typed else {}, retrieve_s,
                       mean_by_type(session_typed) if session_typed else {}, temperatures, left_out)
+
+
+def chosen_counts(chosen: Sequence[tuple[float, tuple[str, ...]]],
+                  signals: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """How many questions each weight temperature ranked, and how many each left-out signal missed (in ``signals``'
+    order), from each question's ``(T_w, left_out)`` (``calibrate.Chosen``)."""
+    tw = [t for t, _ in chosen]
+    out = [s for _, left_out in chosen for s in left_out]
+    return {str(t): tw.count(t) for t in sorted(set(tw))}, {s: out.count(s) for s in signals if s in out}
 
 
 def rank_memory(method: Method, data: EmbeddedDataset, group: Sequence[int], depth: int, batch_size: int = 64
