@@ -145,10 +145,8 @@ class Workers:
 
     def __init__(self, client, data: EmbeddedDataset):
         self.client, self.data = client, data
-        try:
-            client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
-        except TimeoutError:
-            raise ValueError(f"cluster: the scheduler at {client.scheduler.address} has no workers") from None
+        if not self._a_worker():
+            raise ValueError(f"cluster: the scheduler at {client.scheduler.address} has no workers")
         wide = {addr: n for addr, n in client.nthreads().items() if n != 1}
         if wide:
             raise ValueError(f"cluster: workers must run one thread each (dask worker --nthreads 1), these run more: "
@@ -170,12 +168,18 @@ class Workers:
                 if attempt == RESENDS:
                     raise RuntimeError(f"cluster: the workers kept dying while the data was sent to them ({exc})"
                                        ) from exc
-                try:
-                    self.client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
-                except TimeoutError:
+                if not self._a_worker():
                     raise RuntimeError("cluster: no worker is left to send the data to") from exc
         self._values[future.key] = value
         return future
+
+    def _a_worker(self) -> bool:
+        """Whether the scheduler has a worker, or gets one within ``CONNECT_TIMEOUT_S``."""
+        try:
+            self.client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+        except TimeoutError:
+            return False
+        return True
 
     def forget(self, future) -> None:
         """Let go of a value ``send`` sent (or what replaced it when sent again) that no task will pass any more."""
