@@ -3,7 +3,8 @@ benchmarks/results/kernels_cpu.json``. Compares, in one run, the Numba twin with
 2,500-session-sized graph the CPU backend's PPR (Numba, cache-sized column blocks) with the library path (scipy SpMM
 per iteration, batched) and with one question at a time; at that size too, BM25's best texts from the postings
 (``kernels/bm25_top.py``) with scipy's product and a sort of each row, and the batch-stable cosines with every row
-(``pair_cosines.all_cosines``) with BLAS's product."""
+(``pair_cosines.all_cosines``) with BLAS's product, and the cosines of the probed inverted lists' members
+(``ivf.probed_cosines``) at 10,000 sessions."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -131,3 +132,29 @@ def test_all_cosines_blas(benchmark, rows, questions):
     """BLAS's product: faster, but a question's bits move with its batch (``Backend.cosines``)."""
     x, q = rows
     benchmark(lambda: q[:questions] @ x.T)
+
+
+@pytest.fixture(scope="module")
+def probed():
+    """A 10,000-session memory's 100,000 unit rows in inverted lists of ~256, and 256 questions' 32 nearest lists
+    (past ``exact_limit`` a question's relevance is its probed lists' members: ``ivf.probed_cosines``)."""
+    from assomem_gpu import ivf
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(100_000, 384)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    book = ivf.train(x, 256)
+    q = rng.normal(size=(256, 384)).astype(np.float32)
+    return x, q, ivf.probes(book, q, 32), *ivf.members(ivf.probes(book, x, 1), book.n_lists)
+
+
+@pytest.mark.parametrize("questions", [1, 16, 256])
+@pytest.mark.benchmark(group="cosines-probed-lists")
+def test_probed_cosines_kernel(benchmark, probed, questions):
+    from assomem_gpu import ivf
+    from assomem_gpu.backend import get_backend
+
+    x, q, lists, order, bounds = probed
+    args = x, q[:questions], lists[:questions], order, bounds, get_backend("cpu")
+    ivf.probed_cosines(*args)  # compile outside the timing
+    benchmark(ivf.probed_cosines, *args)

@@ -7,8 +7,14 @@ and read again for a 4-byte result. Here each pair's dot product reads the row w
 dimensions 127 -> 20 ms on 2 cores. Each kernel runs on the thread pool from ``PARALLEL_PAIRS`` products (or, for
 the sort, members) on, else in this thread (a parallel launch costs ~80 us, about 1,000 products' work).
 
-``all_cosines`` is a batch's cosines to every row (every utterance: ``Backend.cosines``), each row read once for
-all the batch's questions. ``list_cosines`` is a probed batch's relevance (``ivf.probed_cosines``):
+Every product is ``lanes.dots``' (or ``paired_dots``'), summed in one fixed order: a question's cosine to a row is
+the same bits from every kernel, alone or in a batch, so its hits do not depend on its batch. Pairs that share rows
+or questions are summed in tiles that share their loads (3 rows × 4 questions).
+
+``all_cosines`` is a batch's cosines to every row (every utterance: ``Backend.cosines``), blocks of rows against
+all the batch's questions (256 questions × 25,032 rows on 2 cores: 78 ms one pair at a time, 30 ms in tiles, numpy's
+BLAS 27 ms: ``benchmarks/results/kernels_cpu_cosines_lanes_{before,after}.json``). ``list_cosines`` is a probed
+batch's relevance (``ivf.probed_cosines``):
 numpy gathered each probed list's members and multiplied them by the questions that probe it, one product per list,
 then sorted each question's members by row (an argsort and two gathers of the (B, S) arrays). Here the lists run in
 parallel, each member, read once, meets each of its list's questions, and each question's members are sorted in
@@ -25,42 +31,59 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .lanes import dots, paired_dots
 from .parallel import drive
 
 PARALLEL_PAIRS = 2048  # pairs from which the thread pool runs them
+BLOCK_ROWS = 24  # rows of a block of ``all_cosines``: eight tiles of three
+PAIR_SPAN = 64  # pairs of a task of ``pair_cosines``' thread pool
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True)
 def _dot(vectors, q, question, row):
-    a, b = vectors[row], q[question]
-    s = np.float32(0.0)
-    for d in range(a.shape[0]):
-        s += a[d] * b[d]
-    return s
+    return dots(vectors, q, (row,), (question,))[0]
 
 
 @njit(cache=True, nogil=True)
 def _row_times(x, q, row, questions, at, lo, hi, offset, out):
-    """``x[row]`` times ``q[questions[j]]`` into ``out[at[j] + offset]``, for j in lo:hi, each by ``_dot``: one
-    compiled sum for every kernel, so a question's cosine is the same bits alone or in a batch (its hits must not
-    depend on its batch: ``test_a_cosine_is_the_same_bits_from_every_cpu_kernel_in_any_batch``). The row stays in the
-    cache across its questions. (A loop of its own that summed four questions in one pass over the row was faster,
-    10.7 against 14.1 ms for 16 questions × 30,000 rows on 2 cores, and the same bits as ``_dot`` only while the
-    compiler vectorised both alike: numba 0.68 did not.)"""
-    for j in range(lo, hi):
-        out[at[j] + offset] = _dot(x, q, questions[j], row)
+    """``x[row]`` times ``q[questions[j]]`` into ``out[at[j] + offset]``, for j in lo:hi, four questions a pass over
+    the row (``lanes.dots``)."""
+    j = lo
+    while j + 4 <= hi:
+        v = dots(x, q, (row,), (questions[j], questions[j + 1], questions[j + 2], questions[j + 3]))
+        for t in range(4):
+            out[at[j + t] + offset] = v[t]
+        j += 4
+    for t in range(j, hi):
+        out[at[t] + offset] = _dot(x, q, questions[t], row)
+
+
+@njit(cache=True, nogil=True)
+def _pairs_span(c, vectors, q, questions, rows, out):
+    """Pairs ``PAIR_SPAN * c`` on (``PAIR_SPAN`` of them), four side by side (``lanes.paired_dots``)."""
+    lo = c * PAIR_SPAN
+    hi = min(lo + PAIR_SPAN, rows.shape[0])
+    i = lo
+    while i + 4 <= hi:
+        v = paired_dots(vectors, q, (rows[i], rows[i + 1], rows[i + 2], rows[i + 3]),
+                        (questions[i], questions[i + 1], questions[i + 2], questions[i + 3]))
+        for t in range(4):
+            out[i + t] = v[t]
+        i += 4
+    for t in range(i, hi):
+        out[t] = _dot(vectors, q, questions[t], rows[t])
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _pairs_parallel(vectors, q, questions, rows, out):
-    for i in prange(rows.shape[0]):
-        out[i] = _dot(vectors, q, questions[i], rows[i])
+    for c in prange((rows.shape[0] + PAIR_SPAN - 1) // PAIR_SPAN):
+        _pairs_span(c, vectors, q, questions, rows, out)
 
 
 @njit(cache=True, nogil=True)
 def _pairs_serial(vectors, q, questions, rows, out):
-    for i in range(rows.shape[0]):
-        out[i] = _dot(vectors, q, questions[i], rows[i])
+    for c in range((rows.shape[0] + PAIR_SPAN - 1) // PAIR_SPAN):
+        _pairs_span(c, vectors, q, questions, rows, out)
 
 
 def pair_cosines(vectors: np.ndarray, q: np.ndarray, questions: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -180,11 +203,29 @@ def _within(index: np.ndarray, n: int, name: str) -> None:
 
 @njit(cache=True, nogil=True)
 def _list(g, x, q, order, lo, hi, first, pair_b, pair_at, rows, cos):
-    for k in range(lo[g], hi[g]):
-        m = order[k]
-        for j in range(first[g], first[g + 1]):
-            rows[pair_at[j] + k - lo[g]] = m
-        _row_times(x, q, m, pair_b, pair_at, first[g], first[g + 1], k - lo[g], cos)
+    """List ``g``'s members against the questions that probe it, in tiles of 3 members × 4 questions (``lanes``);
+    the members past the last full tile a row at a time."""
+    f0, f1, m0 = first[g], first[g + 1], lo[g]
+    for k in range(m0, hi[g]):
+        for j in range(f0, f1):
+            rows[pair_at[j] + k - m0] = order[k]
+    k = m0
+    while k + 3 <= hi[g]:
+        j = f0
+        while j + 4 <= f1:
+            v = dots(x, q, (order[k], order[k + 1], order[k + 2]), (pair_b[j], pair_b[j + 1], pair_b[j + 2],
+                                                                     pair_b[j + 3]))
+            for a in range(3):
+                for b in range(4):
+                    cos[pair_at[j + b] + k + a - m0] = v[4 * a + b]
+            j += 4
+        for jj in range(j, f1):  # one question a tile: three pairs side by side
+            v = dots(x, q, (order[k], order[k + 1], order[k + 2]), (pair_b[jj],))
+            for a in range(3):
+                cos[pair_at[jj] + k + a - m0] = v[a]
+        k += 3
+    for r in range(k, hi[g]):
+        _row_times(x, q, order[r], pair_b, pair_at, f0, f1, r - m0, cos)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -279,24 +320,46 @@ def list_cosines(x: np.ndarray, q: np.ndarray, order: np.ndarray, lo: np.ndarray
     return rows, cos
 
 
+@njit(cache=True, nogil=True)
+def _all_block(blk, x, q, out):
+    """Rows ``BLOCK_ROWS * blk`` on (``BLOCK_ROWS`` of them: 36 KB at 384 dimensions, about a core's L1 cache, read
+    again by every question) against every question, in tiles of 3 rows × 4 questions (``lanes``); the rows past the
+    last tile of three one a tile of 4 questions, the questions past the last four one pair at a time."""
+    n_q = q.shape[0]
+    q4 = n_q - n_q % 4
+    lo = blk * BLOCK_ROWS
+    hi = min(lo + BLOCK_ROWS, x.shape[0])
+    r3 = hi - (hi - lo) % 3
+    for j in range(0, q4, 4):
+        for r in range(lo, r3, 3):
+            v = dots(x, q, (r, r + 1, r + 2), (j, j + 1, j + 2, j + 3))
+            for a in range(3):
+                for b in range(4):
+                    out[j + b, r + a] = v[4 * a + b]
+        for r in range(r3, hi):
+            v = dots(x, q, (r,), (j, j + 1, j + 2, j + 3))
+            for b in range(4):
+                out[j + b, r] = v[b]
+    for j in range(q4, n_q):
+        for r in range(lo, hi):
+            out[j, r] = _dot(x, q, j, r)
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def _all_parallel(x, q, out):
-    for r in prange(x.shape[0]):
-        for j in range(q.shape[0]):
-            out[j, r] = _dot(x, q, j, r)
+    for blk in prange((x.shape[0] + BLOCK_ROWS - 1) // BLOCK_ROWS):
+        _all_block(blk, x, q, out)
 
 
 @njit(cache=True, nogil=True)
 def _all_serial(x, q, out):
-    for r in range(x.shape[0]):
-        for j in range(q.shape[0]):
-            out[j, r] = _dot(x, q, j, r)
+    for blk in range((x.shape[0] + BLOCK_ROWS - 1) // BLOCK_ROWS):
+        _all_block(blk, x, q, out)
 
 
 def all_cosines(x: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """(len(q), len(x)) float32: ``q @ x.T``, each row of ``x`` read once for every question, each product by
-    ``_dot``. (The kernel before took index arrays for the questions and rows and checked them: ~0.6 ms more for one
-    question × 25,032 rows on 2 cores, interleaved in one process; the same bits.)"""
+    """(len(q), len(x)) float32: ``q @ x.T``, blocks of rows against every question in tiles (``_all_block``), each
+    product the bits of ``pair_cosines``' (``lanes.dots``)."""
     if np.shape(q)[1:] != np.shape(x)[1:]:
         raise ValueError(f"q: its rows must be as wide as x's ({np.shape(x)[1:]}), got {np.shape(q)[1:]}")
     out = np.empty((len(q), len(x)), np.float32)
