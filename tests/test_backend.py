@@ -156,6 +156,10 @@ def test_a_cosine_is_the_same_bits_from_every_cpu_kernel_in_any_batch():
                 assert np.array_equal(every[i], all_cosines(x, q[b : b + 1])[0])
     with pytest.raises(ValueError, match="wide"):
         all_cosines(x, q[:, :100])
+    with pytest.raises(ValueError, match="wide"):  # the kernels would read past a narrower question's row
+        cpu.pair_cosines(x, q[:, :100], np.zeros(3, np.int64), np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match="questions: one per row"):
+        cpu.pair_cosines(x, q, np.zeros(2, np.int64), np.zeros(5, np.int64))
     book = ivf.train(x, 20)
     order, bounds = ivf.members(ivf.probes(book, x, 2), book.n_lists)
     q = rng.normal(size=(40, dim)).astype(np.float32)  # ~12 questions a list: the kernel's tiles of 4 and the rest

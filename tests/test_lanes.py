@@ -3,6 +3,7 @@ import pytest
 from numba import njit
 
 from assomem_gpu.kernels.lanes import LANES, dots, paired_dots
+from assomem_gpu.kernels.pair_cosines import pair_cosines
 
 
 @njit(cache=False)
@@ -31,7 +32,8 @@ def _unpaired(x, q):
 
 
 def _documented(a: np.ndarray, b: np.ndarray) -> np.float32:
-    """The module's order, each fused multiply-add as float64 (a float32 product is exact there) rounded once."""
+    """The module's order, each fused multiply-add in float64 (a float32 product is exact there) rounded to float32:
+    a sum that lands on a float32 halfway point would round twice (about one in 2^29; the seeds are fixed)."""
     def fma(x, y, z):
         return np.float32(np.float64(x) * np.float64(y) + np.float64(z))
 
@@ -62,6 +64,9 @@ def test_a_pair_is_summed_in_the_documented_order_alone_and_in_any_tile(dim):
     paired = _paired(x, q, np.array([0, 4, 4]), np.array([5, 1, 5]))
     assert list(paired) == [_one(x, q, 0, 5), _one(x, q, 4, 1), _one(x, q, 4, 5)]
     assert np.isclose(_one(x, q, 0, 0), x[0].astype(np.float64) @ q[0], rtol=1e-5, atol=1e-5)
+    # the kernels Numba caches on disk (keyed on their own file, not on this module's) sum as a fresh compile does
+    questions, rows = np.repeat(np.arange(6), 5), np.tile(np.arange(5), 6)
+    assert pair_cosines(x, q, questions, rows).tolist() == [_one(x, q, r, j) for j, r in zip(questions, rows)]
 
 
 def test_dots_refuses_what_it_cannot_read():

@@ -17,6 +17,9 @@ dependent ones. ``LANES`` = 8 (one AVX2 register) keeps a tile of 3 rows × 4 qu
 and the 32 of NEON and AVX-512. On this project's 2-core AVX-512 machine, 256 questions against 25,032 rows of 384
 dimensions: 30 ms in such tiles against 78 ms for the reassociated loop one pair at a time and 27 ms for numpy's
 BLAS (``benchmarks/results/kernels_cpu_cosines_lanes_{before,after}.json``; 16 lanes read about the same as 8).
+
+Numba caches each kernel on disk keyed on its own file, not on this one: after editing this module, clear the
+callers' caches (their ``__pycache__``); ``tests/test_lanes.py`` compares a cached kernel with a fresh compile.
 """
 from __future__ import annotations
 

@@ -88,7 +88,10 @@ def _pairs_serial(vectors, q, questions, rows, out):
 
 def pair_cosines(vectors: np.ndarray, q: np.ndarray, questions: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """(n,) float32: ``vectors[rows[i]] · q[questions[i]]`` (``vectors`` (N, dim), ``q`` (B, dim) float32, C-ordered;
-    the sum in an order of the compiler's choosing: equal to a BLAS product within float32 rounding)."""
+    summed in ``lanes``' order: equal to a BLAS product within float32 rounding)."""
+    _as_wide(q, vectors)
+    if len(questions) != len(rows):
+        raise ValueError(f"questions: one per row ({len(rows)}), got {len(questions)}")
     _within(rows, len(vectors), "rows"), _within(questions, len(q), "questions")
     out = np.empty(len(rows), np.float32)
     drive(_pairs_parallel, _pairs_serial, len(rows) >= PARALLEL_PAIRS, np.ascontiguousarray(vectors, np.float32),
@@ -193,6 +196,12 @@ def exact_pair_cosines(x: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.
           np.ascontiguousarray(cols, np.int64), _pairwise_plan(x.shape[1]), numba.get_num_threads() if pool else 1,
           out)
     return out
+
+
+def _as_wide(q: np.ndarray, x: np.ndarray) -> None:
+    """The kernels read as many values of a question's row as of ``x``'s: ``ValueError`` unless ``q`` is as wide."""
+    if np.ndim(q) != 2 or np.shape(q)[1:] != np.shape(x)[1:]:
+        raise ValueError(f"q: its rows must be as wide as x's ({np.shape(x)[1:]}), got {np.shape(q)[1:]}")
 
 
 def _within(index: np.ndarray, n: int, name: str) -> None:
@@ -301,6 +310,7 @@ def list_cosines(x: np.ndarray, q: np.ndarray, order: np.ndarray, lo: np.ndarray
     ``order[lo[g]:hi[g]]``) and each of its questions ``pair_b[j]``, ``j`` in ``first[g]:first[g + 1]``, the
     member's row and its cosine to the question at the flat position ``pair_at[j]`` plus the member's place in the
     list; then each question's ``counts[b]`` members sorted by row, -1 / -inf after them."""
+    _as_wide(q, x)
     n_b, width = len(counts), int(counts.max(initial=0))
     rows, cos = np.full((n_b, width), -1, np.int64), np.full((n_b, width), -np.inf, np.float32)
     sizes = hi - lo
@@ -360,8 +370,7 @@ def _all_serial(x, q, out):
 def all_cosines(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     """(len(q), len(x)) float32: ``q @ x.T``, blocks of rows against every question in tiles (``_all_block``), each
     product the bits of ``pair_cosines``' (``lanes.dots``)."""
-    if np.shape(q)[1:] != np.shape(x)[1:]:
-        raise ValueError(f"q: its rows must be as wide as x's ({np.shape(x)[1:]}), got {np.shape(q)[1:]}")
+    _as_wide(q, x)
     out = np.empty((len(q), len(x)), np.float32)
     drive(_all_parallel, _all_serial, len(q) * len(x) >= PARALLEL_PAIRS, np.ascontiguousarray(x, np.float32),
           np.ascontiguousarray(q, np.float32), out)
