@@ -60,8 +60,9 @@ def _indices(t) -> bool:
     return isinstance(t, types.UniTuple) and isinstance(t.dtype, types.Integer) and 1 <= t.count <= 16
 
 
-def _summed(pairs_of):
-    """The intrinsic that sums the pairs ``pairs_of(n_rows, n_questions)`` lists, as (row slot, question slot)."""
+def _summed(name: str, pairs_of):
+    """The intrinsic ``name`` that sums the pairs ``pairs_of(n_rows, n_questions)`` lists, as (row slot, question
+    slot)."""
 
     def typer(typingctx, x, q, rows, questions):
         if not (_matrix(x) and _matrix(q) and _indices(rows) and _indices(questions)):
@@ -104,14 +105,15 @@ def _summed(pairs_of):
 
         return sig, codegen
 
+    typer.__name__ = typer.__qualname__ = name  # Numba's name for the intrinsic (its errors and its registry)
     return intrinsic(typer)
 
 
-dots = _summed(lambda n_r, n_q: [(a, b) for a in range(n_r) for b in range(n_q)])
+dots = _summed("dots", lambda n_r, n_q: [(a, b) for a in range(n_r) for b in range(n_q)])
 dots.__doc__ = """(float32 × len(rows)·len(questions)): ``x[rows[a]] · q[questions[b]]`` at
 ``a · len(questions) + b``, in the module's order. ``x`` and ``q``: C-ordered float32 matrices of one width; ``rows``
 and ``questions``: tuples of 1 to 16 integers, not checked against the matrices' bounds (the caller's)."""
 
-paired_dots = _summed(lambda n_r, n_q: [(k, k) for k in range(n_r)] if n_r == n_q else None)
+paired_dots = _summed("paired_dots", lambda n_r, n_q: [(k, k) for k in range(n_r)] if n_r == n_q else None)
 paired_dots.__doc__ = """(float32 × len(rows)): ``x[rows[k]] · q[questions[k]]`` for tuples of one length, each
 summed as ``dots`` sums it: pairs that share nothing, side by side."""
