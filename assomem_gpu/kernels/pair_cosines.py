@@ -333,8 +333,9 @@ def list_cosines(x: np.ndarray, q: np.ndarray, order: np.ndarray, lo: np.ndarray
 @njit(cache=True, nogil=True)
 def _all_block(blk, x, q, out):
     """Rows ``BLOCK_ROWS * blk`` on (``BLOCK_ROWS`` of them: 36 KB at 384 dimensions, about a core's L1 cache, read
-    again by every question) against every question, in tiles of 3 rows × 4 questions (``lanes``); the rows past the
-    last tile of three one a tile of 4 questions, the questions past the last four one pair at a time."""
+    again by every question) against every question, in tiles of 3 rows × 4 questions (``lanes``). A row past the last
+    full tile of three goes 1 row × 4 questions; the questions past the last four go one pair at a time (3 adjacent
+    rows × 1 question read 2.6× slower, ad hoc: docs/scale-history.md)."""
     n_q = q.shape[0]
     q4 = n_q - n_q % 4
     lo = blk * BLOCK_ROWS
